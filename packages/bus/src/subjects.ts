@@ -1,0 +1,53 @@
+/**
+ * Every subject, stream and bucket name of one Tack deployment, derived from its namespace.
+ * Tests use a unique namespace so that they never meet another run's services on a shared NATS.
+ */
+export interface Names {
+  readonly namespace: string;
+  readonly llmComplete: string;
+  readonly toolsCall: string;
+  readonly toolsList: string;
+  readonly sandboxEnsure: string;
+  readonly sandboxExec: string;
+  readonly sandboxRelease: string;
+  readonly loopCreate: string;
+  readonly loopSubmit: string;
+  /** Subject the current owner of a session listens on. */
+  loopSessionSubmit(sessionId: string): string;
+  /** Log subject of one session. */
+  logSubject(tenant: string, sessionId: string): string;
+  readonly logSubjects: string;
+  readonly logStream: string;
+  readonly leaseBucket: string;
+}
+
+const TOKEN = /^[a-z0-9][a-z0-9_-]*$/;
+
+/** Checks that `value` can be one subject token (tenant ids, session ids, namespaces). */
+export function assertToken(kind: string, value: string): void {
+  if (!TOKEN.test(value) || value.length > 64) {
+    throw new Error(`invalid ${kind} ${JSON.stringify(value)}: use 1-64 lowercase letters, digits, '_' or '-'`);
+  }
+}
+
+/** Derives all names from a namespace (default `tack`). */
+export function names(namespace = "tack"): Names {
+  assertToken("namespace", namespace);
+  const upper = namespace.toUpperCase().replace(/-/g, "_");
+  return {
+    namespace,
+    llmComplete: `${namespace}.llm.complete`,
+    toolsCall: `${namespace}.tools.call`,
+    toolsList: `${namespace}.tools.list`,
+    sandboxEnsure: `${namespace}.sandbox.ensure`,
+    sandboxExec: `${namespace}.sandbox.exec`,
+    sandboxRelease: `${namespace}.sandbox.release`,
+    loopCreate: `${namespace}.loop.create`,
+    loopSubmit: `${namespace}.loop.submit`,
+    loopSessionSubmit: (sessionId) => `${namespace}.loop.session.${sessionId}.submit`,
+    logSubject: (tenant, sessionId) => `${namespace}.log.${tenant}.${sessionId}`,
+    logSubjects: `${namespace}.log.>`,
+    logStream: `${upper}_LOG`,
+    leaseBucket: `${upper}_LEASES`,
+  };
+}

@@ -1,0 +1,12 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["packages/*/test/**/*.test.ts", "services/*/test/**/*.test.ts", "test/**/*.test.ts"],
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    // Two cores: run files two at a time; tests that share Docker or NATS use unique names.
+    maxWorkers: 2,
+    reporters: ["default"],
+  },
+});
