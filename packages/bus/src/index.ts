@@ -3,3 +3,4 @@ export { Bus, ERROR_HEADER, MAX_BUS_PAYLOAD, type BusOptions, type Codec, type R
 export { TackError } from "./errors.js";
 export { assertToken, names, type Names } from "./subjects.js";
 export { extractTrace, injectTrace, inSpan } from "./trace.js";
+export { requestStream, serveStream, type StreamWriter } from "./stream.js";

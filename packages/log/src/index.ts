@@ -1,0 +1,7 @@
+// The session log on JetStream: single writer, validated reader, projection to the model request.
+export { FORMAT_VERSION, LogConflictError, UnknownEventTypeError, UnsupportedFormatError } from "./errors.js";
+export { draft, eventTypeInfo, isCase, materialize, now, timestampMs, type Draft, type EventOf, type Payload, type PayloadOf } from "./event.js";
+export { deriveRequest, Projection, serializeRequest, type ModelRequest } from "./projection.js";
+export { checkEvent, readAll, readSession, type ReadOptions } from "./reader.js";
+export { ensureLogStream, type LogStreamOptions } from "./stream.js";
+export { SessionLogWriter, type SessionAddress } from "./writer.js";
