@@ -39,6 +39,9 @@ export class SessionLogWriter {
     this.#lastStreamSeq = lastStreamSeq;
   }
 
+  /** Called synchronously, in seq order, with each event once it is stored. */
+  onAppend: ((event: Event) => void) | undefined;
+
   /** Opens the writer at the current end of the session's log. */
   static async open(nc: NatsConnection, names: Names, address: SessionAddress): Promise<SessionLogWriter> {
     const subject = names.logSubject(address.tenant, address.sessionId);
@@ -96,6 +99,7 @@ export class SessionLogWriter {
         }
         this.#lastSeq = event.seq;
         this.#lastStreamSeq = ack.seq;
+        this.onAppend?.(event);
         return event;
       } catch (error) {
         if (error instanceof LogConflictError) throw error;

@@ -1,0 +1,53 @@
+// Configuration shared by every component: validated and defaulted once at the boundary.
+import { z } from "zod";
+
+const Env = z.object({
+  NATS_URL: z.string().url({ message: "NATS_URL must be a URL like nats://127.0.0.1:4222" }).default("nats://127.0.0.1:4222"),
+  TACK_NAMESPACE: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, {
+    message: "TACK_NAMESPACE must be 1-64 lowercase letters, digits, '_' or '-'",
+  }).default("tack"),
+  TACK_TENANT: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, { message: "TACK_TENANT must be 1-64 lowercase letters, digits, '_' or '-'" }).default("local"),
+});
+
+/** Settings every service reads from the environment. */
+export interface CommonConfig {
+  readonly natsUrl: string;
+  readonly namespace: string;
+  readonly tenant: string;
+}
+
+/** Raised for invalid configuration; the message names the variable and the fix. */
+export class ConfigError extends Error {
+  readonly code = "config.invalid";
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+/** Reads the common settings from `env` (default `process.env`). */
+export function commonConfig(env: NodeJS.ProcessEnv = process.env): CommonConfig {
+  const parsed = Env.safeParse({ NATS_URL: env.NATS_URL || undefined, TACK_NAMESPACE: env.TACK_NAMESPACE || undefined, TACK_TENANT: env.TACK_TENANT || undefined });
+  if (!parsed.success) throw new ConfigError(parsed.error.issues.map((i) => i.message).join("; "));
+  return { natsUrl: parsed.data.NATS_URL, namespace: parsed.data.TACK_NAMESPACE, tenant: parsed.data.TACK_TENANT };
+}
+
+/** Runs a service's main: prints a one-line error (no stack) and exits 1 on start-up failure. */
+export async function runMain(name: string, start: () => Promise<{ stop(): Promise<void> }>): Promise<void> {
+  let service: { stop(): Promise<void> };
+  try {
+    service = await start();
+  } catch (error) {
+    process.stderr.write(`${name}: ${(error as Error).message}\n`);
+    process.exit(1);
+  }
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    await service.stop().catch((error: unknown) => process.stderr.write(`${name}: stop failed: ${(error as Error).message}\n`));
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void stop());
+  process.on("SIGINT", () => void stop());
+}

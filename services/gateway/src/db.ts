@@ -1,0 +1,113 @@
+import SQLite from "better-sqlite3";
+import { Kysely, Migrator, SqliteDialect, sql, type Dialect, type Migration } from "kysely";
+import { TackError } from "@tack/bus";
+
+// Column types stay to what every SQL dialect has (text, integer) and times are ISO-8601 UTC
+// text, which sorts in time order; so a PostgreSQL dialect can be plugged in unchanged.
+
+/** A tenant: the owner of API keys and sessions. */
+export interface TenantsTable {
+  id: string;
+  created_at: string;
+}
+
+/** An accepted API key, stored only as the hex SHA-256 of the key. */
+export interface ApiKeysTable {
+  hash: string;
+  tenant: string;
+  created_at: string;
+}
+
+/** One row of the session index; the session log stays the source of truth. */
+export interface SessionsTable {
+  id: string;
+  tenant: string;
+  title: string;
+  model: string;
+  mode: string;
+  workspace: string;
+  sandbox_mode: string;
+  approval_policy: string;
+  created_at: string;
+  updated_at: string;
+  /** 0 or 1: SQLite has no boolean type. */
+  archived: number;
+}
+
+/** The gateway's SQL schema as kysely sees it. */
+export interface Database {
+  tenants: TenantsTable;
+  api_keys: ApiKeysTable;
+  sessions: SessionsTable;
+}
+
+// Kysely's own docs type migrations with Kysely<any>: a migration must not depend on today's schema type.
+const migrations: Record<string, Migration> = {
+  "0001_index": {
+    async up(db: Kysely<any>) {
+      await db.schema.createTable("tenants")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .execute();
+      await db.schema.createTable("api_keys")
+        .addColumn("hash", "text", (c) => c.primaryKey())
+        .addColumn("tenant", "text", (c) => c.notNull().references("tenants.id"))
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .execute();
+      await db.schema.createTable("sessions")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("tenant", "text", (c) => c.notNull().references("tenants.id"))
+        .addColumn("title", "text", (c) => c.notNull())
+        .addColumn("model", "text", (c) => c.notNull())
+        .addColumn("mode", "text", (c) => c.notNull())
+        .addColumn("workspace", "text", (c) => c.notNull())
+        .addColumn("sandbox_mode", "text", (c) => c.notNull())
+        .addColumn("approval_policy", "text", (c) => c.notNull())
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("updated_at", "text", (c) => c.notNull())
+        .addColumn("archived", "integer", (c) => c.notNull().defaultTo(0))
+        .execute();
+      await db.schema.createIndex("sessions_tenant_created").on("sessions").columns(["tenant", "created_at", "id"]).execute();
+    },
+    async down(db: Kysely<any>) {
+      await db.schema.dropTable("sessions").execute();
+      await db.schema.dropTable("api_keys").execute();
+      await db.schema.dropTable("tenants").execute();
+    },
+  },
+};
+
+/** Opens the index (SQLite file unless a dialect is given) and migrates it to the latest schema. */
+export async function openDatabase(database: { sqlitePath: string } | { dialect: Dialect }): Promise<Kysely<Database>> {
+  const dialect = "dialect" in database ? database.dialect : new SqliteDialect({ database: openSqlite(database.sqlitePath) });
+  const db = new Kysely<Database>({ dialect });
+  const { error, results } = await new Migrator({ db, provider: { getMigrations: async () => migrations } }).migrateToLatest();
+  if (error) {
+    await db.destroy();
+    const failed = results?.find((r) => r.status === "Error")?.migrationName ?? "(before any migration)";
+    throw new TackError("gateway.migration_failed", `migrating the session index failed at ${failed}: ${(error as Error).message}`, { cause: error });
+  }
+  return db;
+}
+
+function openSqlite(path: string): SQLite.Database {
+  try {
+    const sqlite = new SQLite(path);
+    // WAL lets readers run while a write is in progress; foreign keys are off by default in SQLite.
+    sqlite.pragma("journal_mode = WAL");
+    sqlite.pragma("foreign_keys = ON");
+    return sqlite;
+  } catch (error) {
+    throw new TackError("gateway.database_unavailable", `cannot open the session index at ${path}: ${(error as Error).message}; check that its folder exists and is writable (TACK_DB)`, { cause: error });
+  }
+}
+
+/** The current time as the index stores it. */
+export function timestamp(): string {
+  return new Date().toISOString();
+}
+
+/** Checks the index answers a trivial query (for health checks). */
+export async function ping(db: Kysely<Database>): Promise<void> {
+  await sql`select 1`.execute(db);
+}

@@ -1,0 +1,38 @@
+import { TackError } from "@tack/bus";
+
+/** A request the gateway refuses: a TackError that also carries the HTTP status to answer with. */
+export class GatewayError extends TackError {
+  readonly status: number;
+
+  constructor(status: number, code: string, message: string, options: { details?: Record<string, string>; cause?: unknown } = {}) {
+    super(code, message, { retryable: status >= 500, ...options });
+    this.name = "GatewayError";
+    this.status = status;
+  }
+}
+
+/** The JSON body of every error response. */
+export interface ErrorBody {
+  error: { code: string; message: string; details?: Record<string, string> };
+}
+
+/**
+ * Maps any failure to an HTTP status and body. Bus failures keep their TackError code so a
+ * client can tell "no loop is running" (503) from "the loop is too slow" (504) from "the loop
+ * refused" (502); anything else unexpected is a 500.
+ */
+export function toHttpError(error: unknown): { status: number; body: ErrorBody } {
+  const e = TackError.from(error);
+  const details = Object.keys(e.details).length > 0 ? { details: { ...e.details } } : {};
+  let status: number;
+  let message = e.message;
+  if (e instanceof GatewayError) status = e.status;
+  else if (e.code === "bus.no_responders") {
+    status = 503;
+    message = "no loop service answers; start Tack with `tack up`";
+  } else if (e.code === "bus.unreachable") status = 503;
+  else if (e.code === "bus.timeout") status = 504;
+  else if (e.code === "internal") status = 500;
+  else status = 502;
+  return { status, body: { error: { code: e.code, message, ...details } } };
+}

@@ -1,0 +1,85 @@
+import type { Dialect } from "kysely";
+import { z } from "zod";
+import { assertToken, TackError } from "@tack/bus";
+
+/** One accepted API key and the tenant whose sessions it opens. */
+export interface ApiKey {
+  readonly key: string;
+  readonly tenant: string;
+}
+
+/** Options of `startGateway`. */
+export interface GatewayOptions {
+  /** NATS server URL, e.g. `nats://127.0.0.1:4222`. */
+  natsUrl: string;
+  /** Bus namespace (default `tack`); tests use a unique one. */
+  namespace?: string;
+  /** Interface to listen on (default 127.0.0.1). */
+  host?: string;
+  /** Port to listen on (default 7700); 0 picks a free port. */
+  port?: number;
+  /** The complete set of valid keys; keys stored from earlier starts and not listed here stop working. */
+  apiKeys: readonly ApiKey[];
+  /** SQLite file of the session index (`:memory:` for a throwaway index). Ignored when `dialect` is set. */
+  sqlitePath?: string;
+  /** Any other kysely dialect for the index, e.g. `PostgresDialect` for a team deployment. */
+  dialect?: Dialect;
+  /** Interval of `: keepalive` comments on idle event streams (default 15,000 ms). */
+  keepaliveMs?: number;
+  /** How long to wait for the loop service to answer (default 30,000 ms). */
+  loopTimeoutMs?: number;
+}
+
+/** Options after validation and defaults; trusted from here on. */
+export interface CompiledOptions {
+  readonly natsUrl: string;
+  readonly namespace: string;
+  readonly host: string;
+  readonly port: number;
+  readonly apiKeys: readonly ApiKey[];
+  readonly database: { readonly sqlitePath: string } | { readonly dialect: Dialect };
+  readonly keepaliveMs: number;
+  readonly loopTimeoutMs: number;
+}
+
+const Scalars = z.object({
+  natsUrl: z.string().min(1, "natsUrl is required, e.g. nats://127.0.0.1:4222"),
+  namespace: z.string().default("tack"),
+  host: z.string().min(1).default("127.0.0.1"),
+  port: z.number().int().min(0).max(65_535, "port must be 0-65535").default(7700),
+  keepaliveMs: z.number().int().positive().default(15_000),
+  loopTimeoutMs: z.number().int().positive().default(30_000),
+});
+
+/** Validates and defaults gateway options; throws a `gateway.bad_options` error naming the problem. */
+export function compileOptions(options: GatewayOptions): CompiledOptions {
+  const parsed = Scalars.safeParse(options);
+  if (!parsed.success) {
+    throw badOptions(parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+  }
+  try {
+    assertToken("namespace", parsed.data.namespace);
+  } catch (error) {
+    throw badOptions((error as Error).message);
+  }
+  if (options.apiKeys.length === 0) throw badOptions("no API key configured; set TACK_API_KEY (clients send it as `Authorization: Bearer <key>`)");
+  const tenants = new Map<string, string>();
+  for (const { key, tenant } of options.apiKeys) {
+    if (key.trim() === "" || /\s/.test(key)) throw badOptions("an API key is empty or contains whitespace; use a single token such as a random hex string");
+    try {
+      assertToken("tenant", tenant);
+    } catch (error) {
+      throw badOptions((error as Error).message);
+    }
+    const previous = tenants.get(key);
+    if (previous !== undefined && previous !== tenant) throw badOptions(`one API key is configured for two tenants (${previous} and ${tenant}); give each tenant its own key`);
+    tenants.set(key, tenant);
+  }
+  const database = options.dialect ? { dialect: options.dialect } : options.sqlitePath ? { sqlitePath: options.sqlitePath } : undefined;
+  if (!database) throw badOptions("no session index configured; pass sqlitePath (a file, or `:memory:`) or a kysely dialect");
+  return { ...parsed.data, apiKeys: [...options.apiKeys], database };
+}
+
+function badOptions(message: string): TackError {
+  return new TackError("gateway.bad_options", `invalid gateway options: ${message}`);
+}

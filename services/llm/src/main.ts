@@ -1,0 +1,25 @@
+// Entry point of the llm service process: `tsx services/llm/src/main.ts`. Reads NATS_URL and
+// TACK_NAMESPACE here; the service itself reads DEEPSEEK_API_KEY and DEEPSEEK_BASE_URL.
+import { TackError } from "@tack/bus";
+import { startLlmService } from "./service.js";
+
+try {
+  const service = await startLlmService({
+    url: process.env.NATS_URL ?? "nats://127.0.0.1:4222",
+    namespace: process.env.TACK_NAMESPACE || undefined,
+  });
+  const shutdown = (signal: string) => {
+    console.log(JSON.stringify({ level: "info", service: "llm", event: "service/stopping", signal }));
+    service.stop().then(() => process.exit(0), (error: unknown) => {
+      console.error(JSON.stringify({ level: "error", service: "llm", event: "service/stop_failed", message: (error as Error).message }));
+      process.exit(1);
+    });
+  };
+  process.once("SIGTERM", () => shutdown("SIGTERM"));
+  process.once("SIGINT", () => shutdown("SIGINT"));
+  console.log(JSON.stringify({ level: "info", service: "llm", event: "service/ready", namespace: process.env.TACK_NAMESPACE || "tack" }));
+} catch (error) {
+  const failure = TackError.from(error);
+  console.error(JSON.stringify({ level: "error", service: "llm", event: "service/start_failed", code: failure.code, message: failure.message }));
+  process.exit(1);
+}

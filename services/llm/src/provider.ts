@@ -1,0 +1,62 @@
+import { TackError } from "@tack/bus";
+import type { CompleteDone, CompleteRequest, Delta } from "@tack/proto";
+
+/** What a provider returns: exactly the message that ends a reply stream. */
+export type Completion = CompleteDone;
+
+/** A model provider bound to one model: turns one request into one streamed reply. */
+export interface Provider {
+  /**
+   * Produces the reply to `request`, passing each fragment to `onDelta` as it arrives and
+   * resolving with the whole reply; fails with a TackError, `llm.cancelled` once `signal` aborts.
+   */
+  complete(request: CompleteRequest, onDelta: (delta: Delta) => void, signal: AbortSignal): Promise<Completion>;
+}
+
+/** One provider kind in the registry: the model-reference form it accepts and how to bind a model. */
+export interface ProviderEntry {
+  /** How a model reference of this provider is written, e.g. `deepseek:MODEL`. */
+  readonly form: string;
+  /** Binds the part after `<provider>:`; undefined when it cannot name a model of this provider. */
+  create(model: string): Provider | undefined;
+}
+
+/** A model reference resolved to its provider. */
+export interface ResolvedModel {
+  readonly providerName: string;
+  readonly model: string;
+  readonly provider: Provider;
+}
+
+/** Resolves model references `<provider>:<model>` to providers. */
+export class ProviderRegistry {
+  readonly #entries: ReadonlyMap<string, ProviderEntry>;
+
+  constructor(entries: Record<string, ProviderEntry>) {
+    this.#entries = new Map(Object.entries(entries));
+  }
+
+  /** The accepted model-reference forms, for error messages and help text. */
+  forms(): string[] {
+    return [...this.#entries.values()].map((entry) => entry.form);
+  }
+
+  /** Resolves `reference`; an unknown provider or an empty model is `llm.unknown_model`. */
+  resolve(reference: string): ResolvedModel {
+    const colon = reference.indexOf(":");
+    const providerName = colon < 0 ? "" : reference.slice(0, colon);
+    const model = colon < 0 ? "" : reference.slice(colon + 1);
+    const provider = model === "" ? undefined : this.#entries.get(providerName)?.create(model);
+    if (!provider) {
+      throw new TackError("llm.unknown_model", `unknown model ${JSON.stringify(reference)}; use one of: ${this.forms().join(", ")}`, {
+        details: { model: reference },
+      });
+    }
+    return { providerName, model, provider };
+  }
+}
+
+/** The error a provider throws once its abort signal fired. */
+export function cancelled(): TackError {
+  return new TackError("llm.cancelled", "the completion was cancelled because the llm service is stopping; retry it", { retryable: true });
+}

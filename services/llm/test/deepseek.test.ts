@@ -1,0 +1,256 @@
+import { TackError } from "@tack/bus";
+import { Delta_Kind, Role, type CompleteRequest, type Delta } from "@tack/proto";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { deepseekProvider, type DeepSeekOptions } from "../src/deepseek.js";
+import type { Completion } from "../src/provider.js";
+import { startFixtureServer, type FixtureServer } from "./fixture-server.js";
+
+const KEY = "sk-test-0123456789abcdef";
+
+const request: CompleteRequest = {
+  sessionId: "s1",
+  model: "deepseek:deepseek-chat",
+  systemPrompt: "You are Tack.",
+  tools: [{
+    name: "read_file",
+    description: "Read a file.",
+    parametersJson: '{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}',
+  }],
+  messages: [
+    { role: Role.ROLE_USER, content: "What is in README.md?", reasoningContent: "", toolCalls: [], toolCallId: "" },
+    {
+      role: Role.ROLE_ASSISTANT,
+      content: "",
+      reasoningContent: "I should read it.",
+      toolCalls: [{ id: "call_00_abc", name: "read_file", arguments: '{"path":"README.md"}' }],
+      toolCallId: "",
+    },
+    { role: Role.ROLE_TOOL, content: "# Tack", reasoningContent: "", toolCalls: [], toolCallId: "call_00_abc" },
+  ],
+  temperature: 0.2,
+  maxTokens: 4096,
+};
+
+let server: FixtureServer;
+beforeAll(async () => {
+  server = await startFixtureServer();
+});
+afterAll(() => server.close());
+beforeEach(() => {
+  server.requests.length = 0;
+});
+
+async function run(
+  model: string,
+  options: Partial<DeepSeekOptions> = {},
+  signal = new AbortController().signal,
+): Promise<{ deltas: Delta[]; result?: Completion; error?: TackError }> {
+  const provider = deepseekProvider({ apiKey: KEY, baseUrl: server.baseUrl, ...options }).create(model)!;
+  const deltas: Delta[] = [];
+  try {
+    return { deltas, result: await provider.complete({ ...request, model: `deepseek:${model}` }, (delta) => deltas.push(delta), signal) };
+  } catch (error) {
+    expect(error).toBeInstanceOf(TackError);
+    return { deltas, error: error as TackError };
+  }
+}
+
+describe("deepseek", () => {
+  it("deepseek - sends system prompt, history, tools and stream options", async () => {
+    server.respondWith({ file: "reasoning.sse" });
+    await run("deepseek-reasoner");
+    expect(server.requests).toHaveLength(1);
+    const [received] = server.requests;
+    expect(received!.method).toBe("POST");
+    expect(received!.url).toBe("/chat/completions");
+    expect(received!.headers.authorization).toBe(`Bearer ${KEY}`);
+    expect(received!.body).toEqual({
+      model: "deepseek-reasoner",
+      messages: [
+        { role: "system", content: "You are Tack." },
+        { role: "user", content: "What is in README.md?" },
+        {
+          role: "assistant",
+          content: "",
+          tool_calls: [{ id: "call_00_abc", type: "function", function: { name: "read_file", arguments: '{"path":"README.md"}' } }],
+        },
+        { role: "tool", tool_call_id: "call_00_abc", content: "# Tack" },
+      ],
+      tools: [{
+        type: "function",
+        function: {
+          name: "read_file",
+          description: "Read a file.",
+          parameters: { type: "object", properties: { path: { type: "string" } }, required: ["path"] },
+        },
+      }],
+      temperature: 0.2,
+      max_tokens: 4096,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+  });
+
+  it("deepseek - streams reasoning then content and reads cache usage", async () => {
+    server.respondWith({ file: "reasoning.sse" });
+    const { deltas, result, error } = await run("deepseek-reasoner");
+    expect(error).toBeUndefined();
+    expect(deltas.map((d) => [d.kind, d.text])).toEqual([
+      [Delta_Kind.KIND_REASONING, "The user"],
+      [Delta_Kind.KIND_REASONING, " wants the"],
+      [Delta_Kind.KIND_REASONING, " sum of 2"],
+      [Delta_Kind.KIND_REASONING, " and 3 —"],
+      [Delta_Kind.KIND_REASONING, " that is 5."],
+      [Delta_Kind.KIND_TEXT, "2 + 3"],
+      [Delta_Kind.KIND_TEXT, " = **5**"],
+      [Delta_Kind.KIND_TEXT, "."],
+    ]);
+    expect(result).toEqual({
+      content: "2 + 3 = **5**.",
+      reasoningContent: "The user wants the sum of 2 and 3 — that is 5.",
+      toolCalls: [],
+      finishReason: "stop",
+      usage: { inputMissTokens: 19, inputHitTokens: 1024, outputTokens: 31, reasoningTokens: 18 },
+      model: "deepseek-reasoner",
+    });
+  });
+
+  it("deepseek - assembles tool calls split across chunks", async () => {
+    server.respondWith({ file: "tool-calls.sse" });
+    const { deltas, result, error } = await run("deepseek-chat");
+    expect(error).toBeUndefined();
+    expect(result).toEqual({
+      content: "I'll read both files.",
+      reasoningContent: "",
+      toolCalls: [
+        { id: "call_00_q8RmT1xYk2cVb3nWp4sLz7Ae", name: "read_file", arguments: '{"path":"src/main.ts"}' },
+        { id: "call_01_Hx5Jd9Kf2Lm6Nq8Rs0Tv3Wy", name: "read_file", arguments: '{"path":"README.md"}' },
+      ],
+      finishReason: "tool_calls",
+      usage: { inputMissTokens: 290, inputHitTokens: 1920, outputTokens: 64, reasoningTokens: 0 },
+      model: "deepseek-chat",
+    });
+    const toolDeltas = deltas.filter((d) => d.kind === Delta_Kind.KIND_TOOL_CALL);
+    // Id and name arrive once, on the first delta of each call.
+    expect(toolDeltas.filter((d) => d.toolCallId !== "").map((d) => [d.toolIndex, d.toolCallId, d.toolName])).toEqual([
+      [0, "call_00_q8RmT1xYk2cVb3nWp4sLz7Ae", "read_file"],
+      [1, "call_01_Hx5Jd9Kf2Lm6Nq8Rs0Tv3Wy", "read_file"],
+    ]);
+    expect(toolDeltas.filter((d) => d.toolCallId === "").every((d) => d.toolName === "")).toBe(true);
+    for (const call of [0, 1]) {
+      const fragments = toolDeltas.filter((d) => d.toolIndex === call).map((d) => d.text).join("");
+      expect(fragments).toBe(result!.toolCalls[call]!.arguments);
+    }
+    expect(deltas.filter((d) => d.kind === Delta_Kind.KIND_TEXT).map((d) => d.text).join("")).toBe("I'll read both files.");
+  });
+
+  it("deepseek - 429 is retryable rate limiting and keeps retry-after", async () => {
+    server.respondWith({ file: "rate-limited.json", status: 429, headers: { "retry-after": "7" } });
+    const { error } = await run("deepseek-chat");
+    expect(error?.code).toBe("llm.rate_limited");
+    expect(error?.retryable).toBe(true);
+    expect(error?.details).toMatchObject({ status: "429", retry_after: "7" });
+    expect(error?.message).toContain("Rate limit reached for requests");
+  });
+
+  it("deepseek - 500 is a retryable server error", async () => {
+    server.respondWith({ file: "server-error.json", status: 500 });
+    const { error } = await run("deepseek-chat");
+    expect(error?.code).toBe("llm.server_error");
+    expect(error?.retryable).toBe(true);
+    expect(error?.message).toContain("HTTP 500");
+  });
+
+  it("deepseek - 401 names DEEPSEEK_API_KEY and never echoes a key", async () => {
+    server.respondWith({ file: "auth.json", status: 401 });
+    const { error } = await run("deepseek-chat");
+    expect(error?.code).toBe("llm.auth");
+    expect(error?.retryable).toBe(false);
+    expect(error?.message).toContain("DEEPSEEK_API_KEY");
+    expect(error?.message).not.toContain(KEY);
+    expect(error?.message).not.toContain("sk-3f9c");
+  });
+
+  it("deepseek - 400 Model Not Exist is an unknown model", async () => {
+    server.respondWith({ file: "model-not-exist.json", status: 400 });
+    const { error } = await run("deepseek-chatt");
+    expect(error?.code).toBe("llm.unknown_model");
+    expect(error?.message).toContain('"deepseek-chatt"');
+  });
+
+  it("deepseek - other 4xx is a bad request", async () => {
+    server.respondWith({ file: "model-not-exist.json", status: 422 });
+    const { error } = await run("deepseek-chat");
+    expect(error?.code).toBe("llm.bad_request");
+    expect(error?.retryable).toBe(false);
+  });
+
+  it("deepseek - a malformed chunk fails after the deltas before it", async () => {
+    server.respondWith({ file: "malformed.sse" });
+    const { deltas, error } = await run("deepseek-chat");
+    expect(deltas.map((d) => d.text)).toEqual(["Looking"]);
+    expect(error?.code).toBe("llm.malformed_chunk");
+    expect(error?.message).toContain("not JSON");
+  });
+
+  it("deepseek - a connection cut mid-chunk is a retryable stream cut", async () => {
+    server.respondWith({ file: "stream-cut.sse", cut: true });
+    const { deltas, error } = await run("deepseek-chat");
+    expect(deltas.map((d) => d.text)).toEqual(["The file", " defines"]);
+    expect(error?.code).toBe("llm.stream_cut");
+    expect(error?.retryable).toBe(true);
+  });
+
+  it("deepseek - a body that ends cleanly before finish is a stream cut", async () => {
+    server.respondWith({ file: "stream-cut.sse" });
+    const { error } = await run("deepseek-chat");
+    expect(error?.code).toBe("llm.stream_cut");
+  });
+
+  it("deepseek - a reply with neither content nor tool calls is empty", async () => {
+    server.respondWith({ file: "empty.sse" });
+    const { error } = await run("deepseek-chat");
+    expect(error?.code).toBe("llm.empty_reply");
+    expect(error?.retryable).toBe(true);
+  });
+
+  it("deepseek - a silent server times out", async () => {
+    server.respondWith({ file: "stream-cut.sse", stall: true });
+    const { deltas, error } = await run("deepseek-chat", { idleTimeoutMs: 300 });
+    expect(deltas).toHaveLength(2);
+    expect(error?.code).toBe("llm.timeout");
+    expect(error?.retryable).toBe(true);
+  });
+
+  it("deepseek - aborting the signal cancels the stream", async () => {
+    server.respondWith({ file: "stream-cut.sse", stall: true });
+    const controller = new AbortController();
+    const provider = deepseekProvider({ apiKey: KEY, baseUrl: server.baseUrl }).create("deepseek-chat")!;
+    const pending = provider.complete(request, () => controller.abort(), controller.signal);
+    await expect(pending).rejects.toMatchObject({ code: "llm.cancelled", retryable: true });
+  });
+
+  it("deepseek - no key fails with llm.missing_key before any request", async () => {
+    server.respondWith({ file: "reasoning.sse" });
+    const { error } = await run("deepseek-chat", { apiKey: undefined });
+    expect(error?.code).toBe("llm.missing_key");
+    expect(error?.message).toContain("DEEPSEEK_API_KEY");
+    expect(error?.message).toContain("~/.tack/credentials.yaml");
+    expect(server.requests).toHaveLength(0);
+  });
+
+  it("deepseek - an unreachable base URL is retryable", async () => {
+    const closed = await startFixtureServer();
+    await closed.close();
+    const { error } = await run("deepseek-chat", { baseUrl: closed.baseUrl });
+    expect(error?.code).toBe("llm.unreachable");
+    expect(error?.retryable).toBe(true);
+    expect(error?.message).toContain("DEEPSEEK_BASE_URL");
+  });
+
+  it("deepseek - model names that cannot be DeepSeek models are not bound", () => {
+    const entry = deepseekProvider({ apiKey: KEY, baseUrl: server.baseUrl });
+    expect(entry.create("Deepseek Chat")).toBeUndefined();
+    expect(entry.create("deepseek-chat")).toBeDefined();
+  });
+});

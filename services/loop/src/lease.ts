@@ -1,0 +1,127 @@
+import { Kvm, type KV } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { TackError, type Names } from "@tack/bus";
+
+interface LeaseValue {
+  owner: string;
+  expires_at: number;
+}
+
+/** A held lease; `revision` is the fencing token (the KV revision of our last write). */
+export interface Lease {
+  readonly key: string;
+  revision: number;
+}
+
+/** What a lease entry says now. */
+export interface LeaseState {
+  readonly key: string;
+  readonly owner: string;
+  readonly expiresAt: number;
+  readonly revision: number;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/**
+ * Session ownership through a JetStream KV bucket: one key per session, claimed with
+ * create/compare-and-set, renewed while working, taken over only after it expired.
+ */
+export class Leases {
+  readonly #kv: KV;
+  readonly owner: string;
+  readonly ttlMs: number;
+
+  private constructor(kv: KV, owner: string, ttlMs: number) {
+    this.#kv = kv;
+    this.owner = owner;
+    this.ttlMs = ttlMs;
+  }
+
+  /** Opens (creating if needed) the lease bucket of a deployment. */
+  static async open(nc: NatsConnection, names: Names, owner: string, ttlMs: number): Promise<Leases> {
+    const kvm = new Kvm(nc);
+    const kv = await kvm.create(names.leaseBucket, { history: 1 });
+    return new Leases(kv, owner, ttlMs);
+  }
+
+  /** Lease key of a session. */
+  static key(tenant: string, sessionId: string): string {
+    return `${tenant}.${sessionId}`;
+  }
+
+  #value(): Uint8Array {
+    return encoder.encode(JSON.stringify({ owner: this.owner, expires_at: Date.now() + this.ttlMs } satisfies LeaseValue));
+  }
+
+  /** Reads a lease entry (undefined when free). */
+  async state(key: string): Promise<LeaseState | undefined> {
+    const entry = await this.#kv.get(key);
+    if (!entry || entry.operation !== "PUT" || entry.value.length === 0) return undefined;
+    const v = JSON.parse(decoder.decode(entry.value)) as LeaseValue;
+    return { key, owner: v.owner, expiresAt: v.expires_at, revision: entry.revision };
+  }
+
+  /** Tries to claim a lease: succeeds when free, expired or already ours; otherwise returns the holder. */
+  async tryClaim(key: string): Promise<{ lease: Lease; previousOwner?: string } | { heldBy: LeaseState }> {
+    const current = await this.state(key);
+    try {
+      if (!current) {
+        const entry = await this.#kv.get(key);
+        const revision = entry
+          ? await this.#kv.update(key, this.#value(), entry.revision)
+          : await this.#kv.create(key, this.#value());
+        return { lease: { key, revision } };
+      }
+      if (current.owner !== this.owner && current.expiresAt > Date.now()) return { heldBy: current };
+      const revision = await this.#kv.update(key, this.#value(), current.revision);
+      return { lease: { key, revision }, previousOwner: current.owner === this.owner ? undefined : current.owner };
+    } catch {
+      // Lost a race with another claimer: report whoever holds it now.
+      const now = await this.state(key);
+      if (now && now.owner === this.owner) return { lease: { key, revision: now.revision } };
+      return { heldBy: now ?? { key, owner: "unknown", expiresAt: Date.now() + this.ttlMs, revision: 0 } };
+    }
+  }
+
+  /** Claims a lease, waiting up to `waitMs` for another holder's lease to expire. */
+  async claim(key: string, waitMs: number): Promise<{ lease: Lease; previousOwner?: string }> {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const r = await this.tryClaim(key);
+      if ("lease" in r) return r;
+      if (Date.now() >= deadline) {
+        throw new TackError("loop.session_busy", `session ${key} is owned by loop ${r.heldBy.owner} until ${new Date(r.heldBy.expiresAt).toISOString()}; retry later`, {
+          retryable: true, details: { owner: r.heldBy.owner },
+        });
+      }
+      await new Promise((res) => setTimeout(res, Math.min(250, Math.max(10, r.heldBy.expiresAt - Date.now() + 5))));
+    }
+  }
+
+  /** Extends a held lease; throws when someone else took it (we must stop writing). */
+  async renew(lease: Lease): Promise<void> {
+    try {
+      lease.revision = await this.#kv.update(lease.key, this.#value(), lease.revision);
+    } catch (error) {
+      throw new TackError("loop.lease_lost", `lost the lease on ${lease.key}: another loop took over the session`, { cause: error });
+    }
+  }
+
+  /** Gives a lease up (only if still ours). */
+  async release(lease: Lease): Promise<void> {
+    await this.#kv.delete(lease.key, { previousSeq: lease.revision }).catch(() => undefined);
+  }
+
+  /** Every lease currently recorded (held or expired). */
+  async all(): Promise<LeaseState[]> {
+    const out: LeaseState[] = [];
+    const keys = await this.#kv.keys();
+    for await (const k of keys) {
+      const s = await this.state(k);
+      if (s) out.push(s);
+    }
+    return out;
+  }
+}

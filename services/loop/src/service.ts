@@ -1,0 +1,176 @@
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import type { Subscription } from "@nats-io/nats-core";
+import { assertToken, Bus, TackError } from "@tack/bus";
+import { ensureLogStream, FORMAT_VERSION } from "@tack/log";
+import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { logger } from "@tack/telemetry";
+import { z } from "zod";
+import { Leases } from "./lease.js";
+import { MODES, SessionRuntime, type LoopSettings } from "./session.js";
+
+const SANDBOX_MODES = ["read-only", "workspace-write", "danger-full-access"] as const;
+const APPROVAL_POLICIES = ["ask", "never"] as const;
+
+const Options = z.object({
+  natsUrl: z.string(),
+  namespace: z.string().default("tack"),
+  /** Lease lifetime; a crashed owner's sessions are taken over this long after its last renewal. */
+  leaseTtlMs: z.number().int().min(300).default(10_000),
+  stepLimit: z.number().int().min(1).default(100),
+  parallelToolCalls: z.number().int().min(1).max(10).default(10),
+  toolTimeoutMs: z.number().int().min(1_000).default(660_000),
+  llmIdleTimeoutMs: z.number().int().min(1_000).default(120_000),
+  temperature: z.number().min(0).max(2).default(0),
+  maxTokens: z.number().int().min(1).default(8_192),
+  chunkPack: z.number().int().min(1).default(64),
+  logReplicas: z.number().int().min(1).default(1),
+});
+
+/** Options of `startLoopService` (all but natsUrl have defaults). */
+export type LoopOptions = z.input<typeof Options>;
+
+/** A running loop service. */
+export interface LoopService {
+  /** This process's owner id in the lease bucket. */
+  readonly owner: string;
+  /** The runtime of a session this process owns right now (tests and debugging). */
+  session(sessionId: string, tenant?: string): SessionRuntime | undefined;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a loop replica: serves session creation and user messages, runs turns, and takes
+ * over sessions whose owner stopped renewing its lease (crash recovery).
+ */
+export async function startLoopService(options: LoopOptions): Promise<LoopService> {
+  const parsed = Options.safeParse(options);
+  if (!parsed.success) throw new TackError("config.invalid", `loop options: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+  const o = parsed.data;
+  const log = logger("loop");
+  const bus = await Bus.connect({ url: o.natsUrl, namespace: o.namespace, name: "tack-loop" });
+  await ensureLogStream(bus.nc, bus.names, { replicas: o.logReplicas });
+  const owner = `loop-${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
+  const leases = await Leases.open(bus.nc, bus.names, owner, o.leaseTtlMs);
+  const settings: LoopSettings = {
+    stepLimit: o.stepLimit, parallelToolCalls: o.parallelToolCalls, toolTimeoutMs: o.toolTimeoutMs, llmIdleTimeoutMs: o.llmIdleTimeoutMs,
+    temperature: o.temperature, maxTokens: o.maxTokens, chunkPack: o.chunkPack,
+  };
+  const owned = new Map<string, { runtime: SessionRuntime; subscription: Subscription }>();
+  const acquiring = new Map<string, Promise<SessionRuntime>>();
+  let stopped = false;
+
+  const forget = (runtime: SessionRuntime) => {
+    const key = Leases.key(runtime.tenant, runtime.sessionId);
+    const entry = owned.get(key);
+    if (!entry || entry.runtime !== runtime || runtime.busy) return;
+    owned.delete(key);
+    entry.subscription.unsubscribe();
+    runtime.dispose();
+    void leases.release(runtime.lease);
+  };
+
+  const submitOn = (runtime: SessionRuntime) => async (req: SubmitMessageRequest): Promise<SubmitMessageResponse> => {
+    if (!req.text.trim()) throw new TackError("loop.empty_message", "the message text is empty; send the task as text");
+    return SubmitMessageResponse.fromPartial(await runtime.submit(req.text));
+  };
+
+  /** Claims a session (waiting out another owner's lease), loads it and runs recovery. */
+  const acquire = (tenant: string, sessionId: string, waitMs: number): Promise<SessionRuntime> => {
+    const key = Leases.key(tenant, sessionId);
+    const have = owned.get(key);
+    if (have) return Promise.resolve(have.runtime);
+    const inflight = acquiring.get(key);
+    if (inflight) return inflight;
+    const p = (async () => {
+      const { lease, previousOwner } = await leases.claim(key, waitMs);
+      let runtime: SessionRuntime;
+      try {
+        runtime = await SessionRuntime.load({ bus, leases, settings, log, onIdle: forget }, tenant, sessionId, lease);
+      } catch (error) {
+        await leases.release(lease);
+        throw error;
+      }
+      const subscription = bus.serve(bus.names.loopSessionSubmit(sessionId), "loop-owner", SubmitMessageRequest, SubmitMessageResponse, submitOn(runtime));
+      owned.set(key, { runtime, subscription });
+      if (runtime.meta) {
+        const recovered = await runtime.recover(previousOwner);
+        if (recovered) log.info("session recovered", { session: sessionId, previous_owner: previousOwner });
+      }
+      return runtime;
+    })().finally(() => acquiring.delete(key));
+    acquiring.set(key, p);
+    return p;
+  };
+
+  bus.serve(bus.names.loopCreate, "loop", CreateSessionRequest, CreateSessionResponse, async (req) => {
+    const sessionId = req.sessionId || `s${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
+    const tenant = req.tenant || "local";
+    assertToken("session id", sessionId);
+    assertToken("tenant", tenant);
+    const mode = req.mode || "standard";
+    if (!MODES.includes(mode)) throw new TackError("loop.unknown_mode", `mode ${JSON.stringify(mode)} is unknown; use one of: ${MODES.join(", ")}`);
+    const sandboxMode = req.sandboxMode || "workspace-write";
+    if (!(SANDBOX_MODES as readonly string[]).includes(sandboxMode)) {
+      throw new TackError("loop.bad_sandbox_mode", `sandbox mode ${JSON.stringify(sandboxMode)} is unknown; use one of: ${SANDBOX_MODES.join(", ")}`);
+    }
+    const approvalPolicy = req.approvalPolicy || "ask";
+    if (!(APPROVAL_POLICIES as readonly string[]).includes(approvalPolicy)) {
+      throw new TackError("loop.bad_approval_policy", `approval policy ${JSON.stringify(approvalPolicy)} is unknown; use one of: ${APPROVAL_POLICIES.join(", ")}`);
+    }
+    if (!req.model) throw new TackError("loop.missing_model", "no model given; use e.g. deepseek:deepseek-chat or scripted:/path/script.json");
+    if (!req.workspace.startsWith("/")) throw new TackError("loop.bad_workspace", `workspace ${JSON.stringify(req.workspace)} must be an absolute path`);
+    const runtime = await acquire(tenant, sessionId, 0);
+    try {
+      await runtime.create({ sessionId, tenant, mode, model: req.model, workspace: req.workspace, formatVersion: FORMAT_VERSION, title: req.title }, sandboxMode, approvalPolicy);
+    } finally {
+      forget(runtime);
+    }
+    return { sessionId, subject: bus.names.logSubject(tenant, sessionId) };
+  });
+
+  bus.serve(bus.names.loopSubmit, "loop", SubmitMessageRequest, SubmitMessageResponse, async (req) => {
+    const tenant = req.tenant || "local";
+    assertToken("session id", req.sessionId);
+    assertToken("tenant", tenant);
+    const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
+    return submitOn(runtime)(req);
+  });
+
+  // Take over sessions whose owner stopped renewing (crashed or partitioned away).
+  const scan = async () => {
+    for (const state of await leases.all()) {
+      if (stopped) return;
+      if (state.owner === owner || state.expiresAt > Date.now() || owned.has(state.key)) continue;
+      const dot = state.key.indexOf(".");
+      const runtime = await acquire(state.key.slice(0, dot), state.key.slice(dot + 1), 0).catch(() => undefined);
+      if (runtime) forget(runtime);
+    }
+  };
+  let scanning = false;
+  const scanner = setInterval(() => {
+    if (scanning || stopped) return;
+    scanning = true;
+    scan().catch((error: unknown) => log.warn("recovery scan failed", { error: (error as Error).message })).finally(() => { scanning = false; });
+  }, Math.max(100, Math.floor(o.leaseTtlMs / 2)));
+  scanner.unref();
+  // Make sure the server knows our subscriptions before anyone is told we are up.
+  await bus.nc.flush();
+
+  return {
+    owner,
+    session: (sessionId, tenant = "local") => owned.get(Leases.key(tenant, sessionId))?.runtime,
+    async stop() {
+      stopped = true;
+      clearInterval(scanner);
+      for (const { runtime, subscription } of owned.values()) {
+        subscription.unsubscribe();
+        runtime.dispose();
+        // A session mid-turn keeps its lease until it expires, so another replica recovers it.
+        if (!runtime.busy) await leases.release(runtime.lease);
+      }
+      owned.clear();
+      await bus.close();
+    },
+  };
+}

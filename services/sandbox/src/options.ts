@@ -1,0 +1,47 @@
+import { assertToken, TackError } from "@tack/bus";
+import { z } from "zod";
+
+/** How a sandbox service instance is configured; every field but `natsUrl` has a default. */
+export interface SandboxServiceOptions {
+  /** NATS server URL, e.g. `nats://127.0.0.1:4222`. */
+  natsUrl: string;
+  /** Subject and container-name namespace (default `tack`); tests use a unique one. */
+  namespace?: string;
+  /** Local Docker image of the sandbox (default `tack-sandbox:bookworm`, built by `make sandbox-image`). */
+  image?: string;
+  /** Docker runtime the containers run under, e.g. `runc` (default) or `runsc` (gVisor); never replaced by another. */
+  runtime?: string;
+  /** A container unused for this long is removed (default 15 minutes). */
+  idleTimeoutMs?: number;
+}
+
+/** Options after validation and defaulting; trusted from here on. */
+export type CompiledOptions = Readonly<Required<SandboxServiceOptions>>;
+
+const tokenOf = (kind: string) => (value: string) => {
+  try {
+    assertToken(kind, value);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+const schema = z.object({
+  natsUrl: z.string().min(1, "must name a NATS server, e.g. nats://127.0.0.1:4222"),
+  namespace: z.string().refine(tokenOf("namespace"), "must be 1-64 lowercase letters, digits, '_' or '-'").default("tack"),
+  image: z.string().min(1, "must name a local image, e.g. tack-sandbox:bookworm").default("tack-sandbox:bookworm"),
+  // Any runtime declared to the Docker daemon is accepted here; whether it exists is checked when a container is created.
+  runtime: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "must be a Docker runtime name such as runc or runsc").default("runc"),
+  idleTimeoutMs: z.number({ error: "must be a whole number of milliseconds" }).int("must be a whole number of milliseconds").positive("must be positive").default(15 * 60_000),
+});
+
+/** Validates and defaults the options once, failing with `sandbox.invalid_options` that names each bad field. */
+export function compileOptions(options: SandboxServiceOptions): CompiledOptions {
+  const parsed = schema.safeParse(options);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((issue) => `${issue.path.join(".") || "options"}: ${issue.message}`).join("; ");
+    throw new TackError("sandbox.invalid_options", `invalid sandbox service options: ${problems}`);
+  }
+  return parsed.data;
+}

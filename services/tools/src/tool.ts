@@ -1,0 +1,40 @@
+import type { z } from "zod";
+import type { SandboxClient } from "./sandbox.js";
+
+/** What a tool's `execute` may use besides its arguments. */
+export interface ToolContext {
+  /** Session whose sandbox the tool runs in. */
+  readonly sessionId: string;
+  /** Id of this call, as the model gave it. */
+  readonly callId: string;
+  /** Aborted when the tools service stops; pass it to every sandbox call. */
+  readonly signal: AbortSignal;
+  /** The only way a tool reaches files or processes: the session's sandbox. */
+  readonly sandbox: SandboxClient;
+}
+
+/**
+ * A tool as the model sees it (name, description, zod parameters) plus its executor.
+ * `execute` returns the text the model reads; it throws `ToolError` for a failure the
+ * model can act on, and anything else for a protocol failure (the call is not answered).
+ */
+export interface Tool<S extends z.ZodType = z.ZodType> {
+  readonly name: string;
+  /** Loaded from the sibling `<name>.txt`; sent to the model on every request, so keep it short. */
+  readonly description: string;
+  readonly parameters: S;
+  execute(args: z.output<S>, ctx: ToolContext): Promise<string>;
+}
+
+/** Declares a tool, inferring the argument type of `execute` from the zod parameters. */
+export function defineTool<S extends z.ZodType>(tool: Tool<S>): Tool<S> {
+  return tool;
+}
+
+/** A tool failure the model should read and recover from (becomes `is_error: true`). */
+export class ToolError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ToolError";
+  }
+}

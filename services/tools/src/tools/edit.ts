@@ -1,0 +1,29 @@
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { defineTool, ToolError } from "../tool.js";
+import { argvString, readWholeFile, writeWholeFile } from "./files.js";
+
+/** edit: exact string replacement in a file, done here between a whole-file read and write. */
+export const edit = defineTool({
+  name: "edit",
+  description: readFileSync(new URL("./edit.txt", import.meta.url), "utf8").trim(),
+  parameters: z.strictObject({
+    path: argvString("File path, relative to /workspace or absolute"),
+    old_string: z.string().min(1).describe("Exact text to replace, including whitespace and indentation"),
+    new_string: z.string().describe("Text to put in its place"),
+    replace_all: z.boolean().default(false).describe("Replace every occurrence instead of exactly one"),
+  }),
+  async execute({ path, old_string, new_string, replace_all }, ctx) {
+    if (old_string === new_string) throw new ToolError("old_string and new_string are identical; nothing to change");
+    const content = await readWholeFile(ctx, path);
+    const parts = content.split(old_string);
+    const count = parts.length - 1;
+    if (count === 0) throw new ToolError(`old_string not found in ${path}; read the file and copy the text exactly, including whitespace`);
+    if (count > 1 && !replace_all) {
+      throw new ToolError(`old_string occurs ${count} times in ${path}; add surrounding lines to make it unique, or set replace_all to replace every occurrence`);
+    }
+    // split/join rather than String.replace, whose replacement string gives `$&` and friends a meaning.
+    await writeWholeFile(ctx, path, parts.join(new_string));
+    return `Edited ${path}: replaced ${count} occurrence${count === 1 ? "" : "s"}`;
+  },
+});
