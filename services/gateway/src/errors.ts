@@ -1,4 +1,7 @@
+import { trace } from "@opentelemetry/api";
 import { TackError } from "@tack/bus";
+import type { Logger } from "@tack/telemetry";
+import { sendJson, type Interceptor } from "./http.js";
 
 /** A request the gateway refuses: a TackError that also carries the HTTP status to answer with. */
 export class GatewayError extends TackError {
@@ -35,4 +38,29 @@ export function toHttpError(error: unknown): { status: number; body: ErrorBody }
   else if (e.code === "internal") status = 500;
   else status = 502;
   return { status, body: { error: { code: e.code, message, ...details } } };
+}
+
+/**
+ * Turns anything a handler throws into a JSON error response (`{ error: { code, message } }`),
+ * recording it on the request span and logging server-side failures.
+ */
+export function respondWithErrors(log: Logger): Interceptor {
+  return async (exchange, next) => {
+    try {
+      await next();
+    } catch (error) {
+      const { status, body } = toHttpError(error);
+      trace.getActiveSpan()?.recordException(error as Error);
+      if (status >= 500) log.error("request failed", { method: exchange.req.method, route: exchange.route, code: body.error.code, error: (error as Error).message });
+      if (exchange.res.headersSent) {
+        exchange.res.end();
+        return;
+      }
+      const headers: Record<string, string> = {};
+      if (status === 401) headers["www-authenticate"] = 'Bearer realm="tack"';
+      // Do not read the rest of an oversize upload: close the connection after answering.
+      if (status === 413) headers.connection = "close";
+      sendJson(exchange.res, status, body, headers);
+    }
+  };
 }

@@ -8,7 +8,7 @@ import { cancelled, type Completion, type Provider, type ProviderEntry } from ".
 const ReplySchema = z.strictObject({
   content: z.string().optional(),
   reasoning: z.string().optional(),
-  tool_calls: z.array(z.strictObject({ name: z.string().min(1), arguments: z.record(z.string(), z.unknown()) })).optional(),
+  tool_calls: z.array(z.strictObject({ name: z.string().min(1), arguments: z.record(z.string(), z.unknown(), { error: "expected a JSON object" }) })).optional(),
   finish_reason: z.string().optional(),
 });
 const ScriptSchema = z.strictObject({ replies: z.array(ReplySchema) });
@@ -31,12 +31,12 @@ export function scriptedProvider(options: { cwd: string }): ProviderEntry {
     try {
       mtimeMs = (await stat(file)).mtimeMs;
     } catch (error) {
-      throw badScript(file, `cannot read it (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`, error);
+      throw unreadable(file, error);
     }
     const cached = cache.get(file);
     if (cached?.mtimeMs === mtimeMs) return cached.script;
     const script = parseScript(file, await readFile(file, "utf8").catch((error: unknown) => {
-      throw badScript(file, `cannot read it (${(error as Error).message})`, error);
+      throw unreadable(file, error);
     }));
     cache.set(file, { mtimeMs, script });
     return script;
@@ -77,6 +77,11 @@ function parseScript(file: string, text: string): Script {
     throw badScript(file, `${field || "the top level"}: ${issue.message}`);
   }
   return parsed.data;
+}
+
+function unreadable(file: string, error: unknown): TackError {
+  const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+  return new TackError("llm.bad_script", `cannot read script ${file} (${reason}); check the path after \`scripted:\``, { details: { file }, cause: error });
 }
 
 function badScript(file: string, problem: string, cause?: unknown): TackError {

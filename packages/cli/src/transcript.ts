@@ -1,0 +1,180 @@
+// How events look in a terminal: a readable transcript for `tack run`, one-line summaries for `tack events`.
+import { styleText } from "node:util";
+import { Delta_Kind, type Event } from "@tack/proto";
+
+/** Lines of a tool result shown before the rest is cut. */
+export const RESULT_LINES = 20;
+const LINE_WIDTH = 240;
+
+type Color = "dim" | "red" | "yellow" | "cyan" | "bold" | "green";
+
+/**
+ * Turns a session's events into transcript text. Stateful: assistant text is printed as its
+ * chunks stream in, so the complete `assistant/message` only closes the line instead of
+ * repeating it. Feed events in seq order; write whatever `render` returns.
+ */
+export class TranscriptRenderer {
+  readonly #color: boolean;
+  // Steps (`turn:step`) whose text or reasoning was already printed from chunks.
+  readonly #streamed = new Set<string>();
+  // What the last characters written were, so that the next block starts on a fresh line.
+  #open: "none" | "text" | "reasoning" = "none";
+
+  constructor(options: { color: boolean }) {
+    this.#color = options.color;
+  }
+
+  /** The text to write for one event (may be empty, may end mid-line while chunks stream). */
+  render(event: Event): string {
+    const payload = event.payload;
+    if (!payload) return "";
+    switch (payload.$case) {
+      case "assistantChunks": {
+        let out = "";
+        for (const delta of payload.value.deltas) {
+          const kind = delta.kind === Delta_Kind.KIND_REASONING ? "reasoning" : delta.kind === Delta_Kind.KIND_TEXT ? "text" : undefined;
+          if (!kind || delta.text === "") continue;
+          if (this.#open !== "none" && this.#open !== kind) out += "\n";
+          this.#open = kind;
+          this.#streamed.add(`${payload.value.turn}:${payload.value.step}`);
+          out += kind === "reasoning" ? this.#style("dim", delta.text) : delta.text;
+        }
+        return out;
+      }
+      case "assistantMessage": {
+        const message = payload.value;
+        if (this.#streamed.has(`${message.turn}:${message.step}`)) return this.#endLine();
+        const parts: string[] = [];
+        if (message.reasoningContent.trim()) parts.push(this.#style("dim", message.reasoningContent.trim()));
+        if (message.content.trim()) parts.push(message.content.trim());
+        return parts.length ? this.#block(parts.join("\n")) : "";
+      }
+      case "userMessage":
+        return this.#block(this.#style("bold", `› ${payload.value.text}`));
+      case "toolCall":
+        return this.#block(`${this.#style("cyan", "▶")} ${this.#style("bold", payload.value.name)} ${oneLine(compactJson(payload.value.arguments), LINE_WIDTH)}`);
+      case "toolResult": {
+        const result = payload.value;
+        const lines = result.content.replace(/\s+$/, "").split("\n");
+        const shown = result.content.trim() === "" ? [this.#style("dim", "(no output)")] : lines.slice(0, RESULT_LINES).map((line) => truncate(line, LINE_WIDTH));
+        const body = shown.map((line) => `    ${result.isError ? this.#style("red", line) : line}`);
+        if (lines.length > RESULT_LINES) body.push(this.#style("dim", `    … ${lines.length - RESULT_LINES} more lines`));
+        if (result.synthesized) body.push(this.#style("dim", "    (written by crash recovery, not by the tool)"));
+        return this.#block(body.join("\n"));
+      }
+      case "error": {
+        const error = payload.value;
+        return this.#block(this.#style("red", `✗ ${error.code}: ${error.message}${error.retryable ? " (retryable)" : ""}`));
+      }
+      case "recovery":
+        return this.#block(this.#style("yellow", `↻ ${summarize(event)}`));
+      case "turnEnd": {
+        const end = payload.value;
+        const color: Color = end.reason === "completed" ? "dim" : end.reason === "error" ? "red" : "yellow";
+        return this.#block(this.#style(color, `— turn ${end.turn} ${end.reason} after ${plural(end.steps, "step")}`));
+      }
+      default:
+        return "";
+    }
+  }
+
+  /** Closes a line left open by streamed chunks. */
+  finish(): string {
+    return this.#endLine();
+  }
+
+  #block(text: string): string {
+    return `${this.#endLine()}${text}\n`;
+  }
+
+  #endLine(): string {
+    const open = this.#open !== "none";
+    this.#open = "none";
+    return open ? "\n" : "";
+  }
+
+  #style(color: Color, text: string): string {
+    return this.#color ? styleText(color, text) : text;
+  }
+}
+
+/** One line for `tack events`: seq, type and a summary of the payload. */
+export function eventLine(event: Event): string {
+  return `${String(event.seq).padStart(4)}  ${event.type.padEnd(18)} ${summarize(event)}`.trimEnd();
+}
+
+/** A one-line summary of an event's payload (empty for payloads it does not know). */
+export function summarize(event: Event): string {
+  const payload = event.payload;
+  if (!payload) return "";
+  switch (payload.$case) {
+    case "sessionCreated": {
+      const s = payload.value;
+      return `${s.sessionId} model=${s.model} workspace=${s.workspace} mode=${s.mode}${s.title ? ` title=${JSON.stringify(s.title)}` : ""}`;
+    }
+    case "permissionPreset":
+      return payload.value.preset;
+    case "sandboxMode":
+      return payload.value.mode;
+    case "approvalPolicy":
+      return payload.value.policy;
+    case "turnStart":
+      return `turn ${payload.value.turn}`;
+    case "turnEnd":
+      return `turn ${payload.value.turn} ${payload.value.reason} after ${plural(payload.value.steps, "step")}`;
+    case "stepStart":
+      return `turn ${payload.value.turn} step ${payload.value.step}`;
+    case "stepEnd":
+      return `turn ${payload.value.turn} step ${payload.value.step}, ${plural(payload.value.toolCalls, "tool call")}`;
+    case "requestHeader": {
+      const h = payload.value;
+      return `${h.reason}: ${h.model}, ${plural(h.tools.length, "tool")}, system prompt ${h.systemPrompt.length} chars`;
+    }
+    case "assistantChunks":
+      return plural(payload.value.deltas.length, "delta");
+    case "assistantMessage": {
+      const m = payload.value;
+      const calls = m.toolCalls.length ? ` [${m.toolCalls.map((call) => call.name).join(", ")}]` : "";
+      return `${oneLine(m.content, 100) || (m.toolCalls.length ? "" : "(empty)")}${calls}`.trim();
+    }
+    case "userMessage":
+      return oneLine(payload.value.text, 100);
+    case "toolCall":
+      return `${payload.value.name} ${oneLine(compactJson(payload.value.arguments), 100)}`;
+    case "toolResult": {
+      const r = payload.value;
+      return `${r.name} ${r.isError ? "error" : "ok"}${r.synthesized ? " (synthesized)" : ""}: ${oneLine(r.content, 100)}`;
+    }
+    case "usage": {
+      const u = payload.value.usage;
+      return u ? `${payload.value.model} in ${u.inputMissTokens + u.inputHitTokens} (cache hit ${u.inputHitTokens}) out ${u.outputTokens}` : payload.value.model;
+    }
+    case "error":
+      return `${payload.value.code}: ${oneLine(payload.value.message, 160)}`;
+    case "recovery": {
+      const r = payload.value;
+      return `${r.owner} took over from ${r.previousOwner || "(unknown)"}; ${plural(r.interruptedCallIds.length, "interrupted call")}, ${plural(r.unstartedCallIds.length, "unstarted call")}`;
+    }
+  }
+}
+
+/** Re-serializes JSON text compactly; text that is not JSON is returned as it is. */
+function compactJson(text: string): string {
+  try {
+    return JSON.stringify(JSON.parse(text));
+  } catch {
+    return text;
+  }
+}
+
+function oneLine(text: string, max: number): string {
+  return truncate(text.replace(/\s+/g, " ").trim(), max);
+}
+
+function truncate(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}

@@ -1,0 +1,137 @@
+import { stat } from "node:fs/promises";
+import { isAbsolute, resolve } from "node:path";
+import { JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
+import { z } from "zod";
+import { TackError, type Bus } from "@tack/bus";
+import { CreateSessionRequest, CreateSessionResponse, Event, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { readJson } from "./body.js";
+import { timestamp } from "./db.js";
+import { GatewayError } from "./errors.js";
+import { sendJson, type Exchange, type Handler } from "./http.js";
+import type { CompiledOptions } from "./options.js";
+import type { SessionIndex, SessionRow } from "./store.js";
+
+/** What the route handlers work with. */
+export interface GatewayContext {
+  readonly bus: Bus;
+  readonly jsm: JetStreamManager;
+  readonly index: SessionIndex;
+  readonly options: CompiledOptions;
+  /** Aborted when the gateway stops: ends following event streams. */
+  readonly shutdown: AbortSignal;
+}
+
+const required = (what: string) => (issue: { input: unknown }) => (issue.input === undefined ? `is required: ${what}` : "must be a string");
+
+const CreateSessionBody = z.strictObject({
+  workspace: z.string({ error: required("the absolute path of the project folder on the host") })
+    .refine(isAbsolute, { error: (issue) => `must be an absolute host path, got ${JSON.stringify(issue.input)}` }),
+  model: z.string({ error: required("a model reference such as deepseek:deepseek-chat") })
+    .regex(/^[a-z0-9][a-z0-9_-]*:\S.*$/, "must be <provider>:<model>, e.g. deepseek:deepseek-chat or scripted:/abs/script.json"),
+  mode: z.enum(["standard"]).default("standard"),
+  sandbox_mode: z.enum(["read-only", "workspace-write", "danger-full-access"]).default("workspace-write"),
+  approval_policy: z.enum(["ask", "never"]).default("ask"),
+  title: z.string().max(200, "must be at most 200 characters").default(""),
+});
+
+const SubmitMessageBody = z.strictObject({
+  text: z.string({ error: required("the message to send") })
+    .max(100_000, "must be at most 100,000 characters")
+    .refine((t) => t.trim() !== "", "must not be empty"),
+});
+
+const ListQuery = z.object({
+  limit: z.coerce.number().int("must be an integer").min(1, "must be at least 1").max(200, "must be at most 200").default(50),
+  offset: z.coerce.number().int("must be an integer").min(0, "must be at least 0").default(0),
+});
+
+/** The JSON form of an index row. */
+function sessionJson(context: GatewayContext, row: SessionRow) {
+  return {
+    id: row.id, tenant: row.tenant, title: row.title, model: row.model, mode: row.mode, workspace: row.workspace,
+    sandbox_mode: row.sandbox_mode, approval_policy: row.approval_policy, subject: context.bus.names.logSubject(row.tenant, row.id),
+    created_at: row.created_at, updated_at: row.updated_at, archived: row.archived === 1,
+  };
+}
+
+/** The caller's session named in the path; 404 when it does not exist or belongs to another tenant. */
+export async function requireSession(context: GatewayContext, exchange: Exchange): Promise<SessionRow> {
+  const id = exchange.params.id!;
+  const row = await context.index.getSession(exchange.tenant!, id);
+  if (!row) throw new GatewayError(404, "gateway.session_not_found", `no session ${JSON.stringify(id)} for this API key; list yours with GET /v1/sessions`);
+  return row;
+}
+
+/** `POST /v1/sessions`: asks the loop to create a session, then indexes it. */
+export function createSession(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const body = await readJson(exchange.req, CreateSessionBody);
+    const workspace = resolve(body.workspace);
+    const info = await stat(workspace).catch(() => undefined);
+    if (!info) throw new GatewayError(400, "gateway.workspace_not_found", `workspace ${workspace} does not exist on the gateway's host; create it or pass an existing absolute folder`, { details: { workspace } });
+    if (!info.isDirectory()) throw new GatewayError(400, "gateway.workspace_not_directory", `workspace ${workspace} is not a directory; pass the project folder`, { details: { workspace } });
+    const tenant = exchange.tenant!;
+    const { bus } = context;
+    const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
+      tenant, mode: body.mode, model: body.model, workspace, sandboxMode: body.sandbox_mode, approvalPolicy: body.approval_policy, title: body.title,
+    }), CreateSessionResponse, { timeoutMs: context.options.loopTimeoutMs });
+    const at = timestamp();
+    const row: SessionRow = {
+      id: created.sessionId, tenant, title: body.title, model: body.model, mode: body.mode, workspace,
+      sandbox_mode: body.sandbox_mode, approval_policy: body.approval_policy, created_at: at, updated_at: at, archived: 0,
+    };
+    await context.index.insertSession(row);
+    sendJson(exchange.res, 201, { ...sessionJson(context, row), subject: created.subject }, { location: `/v1/sessions/${row.id}` });
+  };
+}
+
+/** `GET /v1/sessions`: the caller's sessions, newest first. */
+export function listSessions(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const parsed = ListQuery.safeParse(Object.fromEntries(exchange.url.searchParams));
+    if (!parsed.success) {
+      const problems = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
+      throw new GatewayError(400, "gateway.invalid_query", `invalid query: ${problems}`);
+    }
+    const { limit, offset } = parsed.data;
+    const rows = await context.index.listSessions(exchange.tenant!, limit, offset);
+    sendJson(exchange.res, 200, { sessions: rows.map((r) => sessionJson(context, r)), limit, offset });
+  };
+}
+
+/** `GET /v1/sessions/:id`: the index row plus the seq of the last logged event. */
+export function getSession(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const row = await requireSession(context, exchange);
+    const { bus, jsm } = context;
+    const last = await jsm.streams.getMessage(bus.names.logStream, { last_by_subj: bus.names.logSubject(row.tenant, row.id) }).catch((error: unknown) => {
+      // 10037: no message on the subject, i.e. an empty log.
+      if (error instanceof JetStreamApiError && error.code === 10037) return null;
+      throw error;
+    });
+    sendJson(exchange.res, 200, { ...sessionJson(context, row), last_seq: last ? Event.decode(last.data).seq : 0 });
+  };
+}
+
+/**
+ * `POST /v1/sessions/:id/messages`: hands the text to the loop replica that owns the session,
+ * or, when none does, to any free replica (which claims the session).
+ */
+export function submitMessage(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const row = await requireSession(context, exchange);
+    const { text } = await readJson(exchange.req, SubmitMessageBody);
+    const { bus } = context;
+    const request = SubmitMessageRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, text });
+    const options = { timeoutMs: context.options.loopTimeoutMs };
+    let response: SubmitMessageResponse;
+    try {
+      response = await bus.request(bus.names.loopSessionSubmit(row.id), SubmitMessageRequest, request, SubmitMessageResponse, options);
+    } catch (error) {
+      if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
+      response = await bus.request(bus.names.loopSubmit, SubmitMessageRequest, request, SubmitMessageResponse, options);
+    }
+    await context.index.touchSession(row.id);
+    sendJson(exchange.res, 202, { seq: response.seq, turn: response.turn });
+  };
+}

@@ -1,0 +1,63 @@
+import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { credentialsPath, loadCredentials } from "../src/credentials.js";
+import { startLlmService } from "../src/service.js";
+
+let home: string;
+beforeEach(async () => {
+  home = await mkdtemp(join(tmpdir(), "tack-home-"));
+  await mkdir(join(home, ".tack"));
+});
+afterEach(() => rm(home, { recursive: true, force: true }));
+
+async function writeCredentials(text: string, mode: number): Promise<string> {
+  const path = credentialsPath(home);
+  await writeFile(path, text);
+  await chmod(path, mode);
+  return path;
+}
+
+describe("credentials", () => {
+  it("credentials - the environment key wins over the file", async () => {
+    await writeCredentials("deepseek:\n  api_key: sk-from-file\n", 0o600);
+    expect(await loadCredentials({ home, env: { DEEPSEEK_API_KEY: "sk-from-env" } })).toEqual({
+      deepseekApiKey: "sk-from-env",
+      deepseekKeySource: "env:DEEPSEEK_API_KEY",
+    });
+  });
+
+  it("credentials - the file key is used without an environment key", async () => {
+    const path = await writeCredentials("# Tack credentials\nother:\n  token: x\n\ndeepseek:\n  api_key: \"sk-from-file\"  # personal key\n", 0o600);
+    expect(await loadCredentials({ home, env: {} })).toEqual({ deepseekApiKey: "sk-from-file", deepseekKeySource: path });
+  });
+
+  it("credentials - nothing configured gives no key", async () => {
+    expect(await loadCredentials({ home, env: {} })).toEqual({});
+  });
+
+  it("credentials - a file readable by others fails with the chmod fix", async () => {
+    for (const mode of [0o644, 0o640]) {
+      const path = await writeCredentials("deepseek:\n  api_key: sk-from-file\n", mode);
+      const error = await loadCredentials({ home, env: { DEEPSEEK_API_KEY: "sk-from-env" } }).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: "llm.insecure_credentials" });
+      expect((error as Error).message).toContain(`chmod 600 ${path}`);
+    }
+  });
+
+  it("credentials - a malformed file names the line but not its text", async () => {
+    await writeCredentials("deepseek:\n  api_key sk-secret-value\n", 0o600);
+    const error = await loadCredentials({ home, env: {} }).catch((e: unknown) => e as Error);
+    expect(error).toMatchObject({ code: "llm.bad_credentials" });
+    expect(error.message).toContain("line 2");
+    expect(error.message).not.toContain("sk-secret-value");
+  });
+
+  it("credentials - the service refuses to start with a world-readable file", async () => {
+    const path = await writeCredentials("deepseek:\n  api_key: sk-from-file\n", 0o604);
+    const error = await startLlmService({ url: "nats://127.0.0.1:4222", namespace: "tunused", home, env: {} }).catch((e: unknown) => e as Error);
+    expect(error).toMatchObject({ code: "llm.insecure_credentials" });
+    expect(error.message).toContain(`chmod 600 ${path}`);
+  });
+});

@@ -1,0 +1,110 @@
+// Shared setup of the sandbox tests: a real service on real NATS and Docker, one namespace per test file.
+import { randomBytes } from "node:crypto";
+import { chown, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Docker from "dockerode";
+import { Bus } from "@tack/bus";
+import {
+  EnsureSandboxRequest,
+  EnsureSandboxResponse,
+  ExecRequest,
+  ExecResponse,
+  ReleaseSandboxRequest,
+  ReleaseSandboxResponse,
+} from "@tack/proto";
+import { startSandboxService, type SandboxService, type SandboxServiceOptions } from "../src/index.js";
+
+export const NATS_URL = "nats://127.0.0.1:4222";
+export const docker = new Docker();
+
+/** A namespace no other test run uses. */
+export function uniqueNamespace(): string {
+  return `t${randomBytes(5).toString("hex")}`;
+}
+
+/** A decoded exec result, stdout and stderr as text. */
+export interface ExecResult extends Omit<ExecResponse, "stdout" | "stderr"> {
+  stdout: string;
+  stderr: string;
+}
+
+/** A running service plus a client bus in its namespace, and the temp workspaces to clean up. */
+export class Harness {
+  readonly namespace: string;
+  service: SandboxService;
+  readonly bus: Bus;
+  readonly #workspaces: string[] = [];
+
+  private constructor(namespace: string, service: SandboxService, bus: Bus) {
+    this.namespace = namespace;
+    this.service = service;
+    this.bus = bus;
+  }
+
+  /** Starts a service in a fresh namespace (or `namespace`) with a client connected to it. */
+  static async start(options: Partial<SandboxServiceOptions> = {}): Promise<Harness> {
+    const namespace = options.namespace ?? uniqueNamespace();
+    const service = await startSandboxService({ natsUrl: NATS_URL, ...options, namespace });
+    const bus = await Bus.connect({ url: NATS_URL, namespace, name: "sandbox-test" });
+    return new Harness(namespace, service, bus);
+  }
+
+  /** A fresh host directory owned by `uid:gid` (tests run as root, sandboxes never do). */
+  async workspace(uid = 1000, gid = 1000): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), "tack-sandbox-test-"));
+    await chown(dir, uid, gid);
+    this.#workspaces.push(dir);
+    return dir;
+  }
+
+  /** The container name the service gives a session's sandbox. */
+  containerName(sessionId: string): string {
+    return `tack-${this.namespace}-${sessionId}`;
+  }
+
+  ensure(request: Partial<EnsureSandboxRequest> & { sessionId: string; workspace: string }): Promise<EnsureSandboxResponse> {
+    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, { tenant: "acme", mode: "workspace-write", ...request }, EnsureSandboxResponse);
+  }
+
+  async exec(sessionId: string, argv: string[], options: Partial<Omit<ExecRequest, "stdin">> & { stdin?: string } = {}): Promise<ExecResult> {
+    const request: ExecRequest = {
+      sessionId,
+      argv,
+      cwd: options.cwd ?? "",
+      timeoutMs: options.timeoutMs ?? 0,
+      maxOutputBytes: options.maxOutputBytes ?? 0,
+      stdin: Buffer.from(options.stdin ?? ""),
+    };
+    const response = await this.bus.request(this.bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs: 120_000 });
+    return { ...response, stdout: Buffer.from(response.stdout).toString(), stderr: Buffer.from(response.stderr).toString() };
+  }
+
+  release(sessionId: string): Promise<ReleaseSandboxResponse> {
+    return this.bus.request(this.bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId }, ReleaseSandboxResponse);
+  }
+
+  /** The ids of the namespace's containers (running or not), optionally of one session. */
+  async containerIds(sessionId?: string): Promise<string[]> {
+    const label = [`tack.namespace=${this.namespace}`, ...(sessionId ? [`tack.session=${sessionId}`] : [])];
+    const containers = await docker.listContainers({ all: true, filters: { label } });
+    return containers.map((container) => container.Id);
+  }
+
+  /** Removes the containers and workspaces and stops the service and client. */
+  async cleanup(): Promise<void> {
+    await this.service.stop({ removeContainers: true });
+    await this.bus.close();
+    await Promise.all(this.#workspaces.map((dir) => rm(dir, { recursive: true, force: true })));
+  }
+}
+
+/** Resolves with what `promise` rejected with, failing when it resolves. */
+export async function rejection(promise: Promise<unknown>): Promise<{ code: string; message: string }> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as { code: string; message: string };
+  }
+  throw new Error("expected the promise to reject");
+}

@@ -1,0 +1,28 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { docker, Harness, rejection } from "./helpers.js";
+
+describe("sandbox under gVisor", () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await Harness.start({ runtime: "runsc" });
+  });
+  afterAll(async () => {
+    await h.cleanup();
+  });
+
+  it("runsc - a workspace-write sandbox runs commands under gVisor", async () => {
+    const ensured = await h.ensure({ sessionId: "g1", workspace: await h.workspace() });
+    expect(ensured).toMatchObject({ created: true, runtime: "runsc" });
+    expect((await docker.getContainer(ensured.containerId).inspect()).HostConfig.Runtime).toBe("runsc");
+    expect(await h.exec("g1", ["bash", "-c", "id -u; echo hi > /workspace/f; cat /workspace/f"])).toMatchObject({ exitCode: 0, stdout: "1000\nhi\n" });
+    // gVisor's own kernel answers, not the host's.
+    expect((await h.exec("g1", ["cat", "/proc/version"])).stdout).toContain("gVisor");
+  });
+
+  it("runsc - danger-full-access is refused when the runtime is declared without a network", async () => {
+    // scripts/ensure-docker.sh declares runsc with --network=none, which would leave this mode silently offline.
+    const error = await rejection(h.ensure({ sessionId: "g2", workspace: await h.workspace(), mode: "danger-full-access" }));
+    expect(error.code).toBe("sandbox.runtime_without_network");
+    expect(await h.containerIds("g2")).toEqual([]);
+  });
+});

@@ -1,0 +1,25 @@
+// Executable entry of the tools service: `tsx services/tools/src/main.ts` (env NATS_URL, TACK_NAMESPACE).
+import { startToolsService, type ToolsService } from "./service.js";
+
+let service: ToolsService;
+try {
+  service = await startToolsService({
+    natsUrl: process.env.NATS_URL ?? "nats://127.0.0.1:4222",
+    namespace: process.env.TACK_NAMESPACE || undefined,
+  });
+} catch (error) {
+  console.error(`tack-tools: ${(error as Error).message}`);
+  process.exit(1);
+}
+
+for (const signal of ["SIGTERM", "SIGINT"] as const) {
+  process.once(signal, () => {
+    service.stop().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        console.error(`tack-tools: ${(error as Error).message}`);
+        process.exit(1);
+      },
+    );
+  });
+}

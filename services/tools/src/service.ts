@@ -1,0 +1,62 @@
+import { assertToken, Bus, TackError } from "@tack/bus";
+import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
+import { callTool, listTools } from "./registry.js";
+import { BusSandboxClient } from "./sandbox.js";
+
+/** How to start a tools service. */
+export interface ToolsServiceOptions {
+  /** NATS server URL, e.g. `nats://127.0.0.1:4222`. */
+  natsUrl: string;
+  /** Subject namespace (default `tack`); tests use a unique one. */
+  namespace?: string;
+}
+
+/** A running tools service. */
+export interface ToolsService {
+  /** Stops taking calls, cancels the ones in flight (they answer `tools.cancelled`) and closes the connection. */
+  stop(): Promise<void>;
+}
+
+/** Queue group shared by all replicas, so each call is handled once. */
+const QUEUE = "tools";
+
+/**
+ * Connects to the bus and serves `tools.list` and `tools.call` in queue group `tools`; every
+ * file and shell operation goes to the session's sandbox through the sandbox service.
+ */
+export async function startToolsService(options: ToolsServiceOptions): Promise<ToolsService> {
+  const namespace = options.namespace ?? "tack";
+  if (!options.natsUrl) throw new TackError("tools.invalid_options", "natsUrl is empty; set NATS_URL, e.g. nats://127.0.0.1:4222");
+  try {
+    assertToken("namespace", namespace);
+  } catch (error) {
+    throw new TackError("tools.invalid_options", (error as Error).message, { cause: error });
+  }
+  const bus = await Bus.connect({ url: options.natsUrl, namespace, name: "tack-tools" });
+  const sandbox = new BusSandboxClient(bus);
+  const stopping = new AbortController();
+  const inFlight = new Set<Promise<unknown>>();
+  const track = <T>(promise: Promise<T>): Promise<T> => {
+    inFlight.add(promise);
+    void promise.finally(() => inFlight.delete(promise)).catch(() => undefined);
+    return promise;
+  };
+
+  const subscriptions = [
+    bus.serve(bus.names.toolsList, QUEUE, ListToolsRequest, ListToolsResponse, async (request) => ({ tools: listTools(request.mode) })),
+    bus.serve(bus.names.toolsCall, QUEUE, CallToolRequest, CallToolResponse, (request) =>
+      track(callTool(request, { sandbox, signal: stopping.signal })),
+    ),
+  ];
+
+  return {
+    async stop() {
+      for (const subscription of subscriptions) subscription.unsubscribe();
+      stopping.abort();
+      await Promise.allSettled(inFlight);
+      // Let the bus publish the replies of the calls that just settled before the connection drains.
+      await new Promise((resolve) => setImmediate(resolve));
+      await bus.close();
+    },
+  };
+}

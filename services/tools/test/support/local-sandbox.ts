@@ -1,0 +1,98 @@
+import { spawn } from "node:child_process";
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import type { EnsureSandboxRequest, ExecRequest, ExecResponse } from "@tack/proto";
+import { cancelledError, type SandboxClient } from "../../src/sandbox.js";
+
+const WORKSPACE = "/workspace";
+
+/**
+ * Unit-test SandboxClient: runs argv with child_process on this host, with `root` standing
+ * in for the container's /workspace (as the working directory; argv is passed unchanged, so
+ * tests use relative paths). It isolates nothing, so it never leaves the test directory.
+ */
+export class LocalSandboxClient implements SandboxClient {
+  /** Every ensure request received, for assertions. */
+  readonly ensured: EnsureSandboxRequest[] = [];
+  readonly #root: string;
+
+  constructor(root: string) {
+    this.#root = root;
+  }
+
+  async ensure(request: EnsureSandboxRequest): Promise<void> {
+    this.ensured.push(request);
+    await mkdir(this.#root, { recursive: true });
+  }
+
+  exec(request: ExecRequest, signal: AbortSignal): Promise<ExecResponse> {
+    if (signal.aborted) return Promise.reject(cancelledError());
+    const started = performance.now();
+    const cwd = request.cwd || WORKSPACE;
+    const hostCwd = cwd === WORKSPACE ? this.#root : cwd.startsWith(`${WORKSPACE}/`) ? join(this.#root, cwd.slice(WORKSPACE.length)) : cwd;
+    const maxBytes = request.maxOutputBytes || 1024 * 1024;
+    return new Promise((resolve, reject) => {
+      const [file, ...args] = request.argv;
+      // detached: the child leads its own process group, so a kill reaches what it started too.
+      const child = spawn(file ?? "", args, { cwd: hostCwd, detached: true, stdio: "pipe" });
+      const stdout = collect(maxBytes);
+      const stderr = collect(maxBytes);
+      let timedOut = false;
+      const killGroup = () => {
+        try {
+          if (child.pid) process.kill(-child.pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+      };
+      const timer = setTimeout(() => {
+        timedOut = true;
+        killGroup();
+      }, request.timeoutMs || 60_000);
+      const onAbort = () => {
+        killGroup();
+        reject(cancelledError());
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      const finish = (exitCode: number, message = "") => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", onAbort);
+        resolve({
+          exitCode,
+          stdout: stdout.bytes(),
+          stderr: Buffer.concat([stderr.bytes(), Buffer.from(message)]),
+          timedOut,
+          truncated: stdout.truncated || stderr.truncated,
+          durationMs: performance.now() - started,
+        });
+      };
+      child.stdout.on("data", stdout.add);
+      child.stderr.on("data", stderr.add);
+      // A command that exits without reading its input closes the pipe under us; that is fine.
+      child.stdin.on("error", () => undefined);
+      child.stdin.end(Buffer.from(request.stdin));
+      child.on("error", (error) => finish(127, `${file}: ${error.message}\n`));
+      child.on("close", (code, killedBy) => finish(code ?? 128 + (killedBy === "SIGKILL" ? 9 : 15)));
+    });
+  }
+}
+
+function collect(maxBytes: number) {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let truncated = false;
+  return {
+    add: (chunk: Buffer) => {
+      const room = maxBytes - size;
+      if (chunk.length > room) truncated = true;
+      if (room > 0) {
+        chunks.push(chunk.subarray(0, room));
+        size += Math.min(room, chunk.length);
+      }
+    },
+    bytes: () => Buffer.concat(chunks),
+    get truncated() {
+      return truncated;
+    },
+  };
+}
