@@ -21,7 +21,7 @@ stays in the foreground until Ctrl-C. State, logs and the API key live in ./.tac
 
 Options:
   --demo       run the bundled scripted demo once everything is up (only when no DeepSeek key is configured)
-  --port N     gateway port (default TACK_GATEWAY_PORT or 8787)
+  --port N     gateway port (default TACK_GATEWAY_PORT or 7700)
   -h, --help   show this help`,
   down: `Usage: tack down
 
@@ -66,18 +66,18 @@ export function parseCommand(argv: readonly string[]): Command {
   if (name === "help") {
     const topic = rest[0];
     if (topic === undefined) return { name: "help", text: MAIN_USAGE };
-    if (!isCommandName(topic)) throw usageError(`unknown command ${JSON.stringify(topic)}`, MAIN_USAGE);
+    if (!isCommandName(topic)) throw usageError(`unknown command ${JSON.stringify(topic)}`);
     return { name: "help", text: USAGE[topic] };
   }
   if (!isCommandName(name)) {
-    throw usageError(name.startsWith("-") ? `unknown option ${name}; options go after the command` : `unknown command ${JSON.stringify(name)}`, MAIN_USAGE);
+    throw usageError(name.startsWith("-") ? `unknown option ${name}; options go after the command` : `unknown command ${JSON.stringify(name)}`);
   }
   const usage = USAGE[name];
   switch (name) {
     case "up": {
       const { values } = parse(name, rest, { demo: { type: "boolean" }, port: { type: "string" } }, 0);
       if (values.help) return { name: "help", text: usage };
-      return { name, demo: values.demo === true, port: values.port === undefined ? undefined : parsePort(values.port, usage) };
+      return { name, demo: values.demo === true, port: values.port === undefined ? undefined : parsePort(values.port) };
     }
     case "down": {
       const { values } = parse(name, rest, {}, 0);
@@ -87,9 +87,9 @@ export function parseCommand(argv: readonly string[]): Command {
       const { values, positionals } = parse(name, rest, { model: { type: "string" }, workspace: { type: "string" }, json: { type: "boolean" } }, 1);
       if (values.help) return { name: "help", text: usage };
       const task = positionals[0];
-      if (task === undefined || task.trim() === "") throw usageError('missing the task: tack run "<task>"', usage);
+      if (task === undefined || task.trim() === "") throw usageError('missing the task: tack run "<task>"', name);
       if (values.model !== undefined && !/^[a-z][a-z0-9-]*:.+$/.test(values.model)) {
-        throw usageError(`--model ${JSON.stringify(values.model)} is not PROVIDER:MODEL, e.g. ${DEFAULT_MODEL} or scripted:examples/hello.json`, usage);
+        throw usageError(`--model ${JSON.stringify(values.model)} is not PROVIDER:MODEL, e.g. ${DEFAULT_MODEL} or scripted:examples/hello.json`, name);
       }
       return { name, task, model: values.model, workspace: values.workspace, json: values.json === true };
     }
@@ -97,30 +97,27 @@ export function parseCommand(argv: readonly string[]): Command {
       const { values, positionals } = parse(name, rest, { json: { type: "boolean" }, follow: { type: "boolean" } }, 1);
       if (values.help) return { name: "help", text: usage };
       const session = positionals[0];
-      if (session === undefined || session === "") throw usageError("missing the session id: tack events <session>", usage);
+      if (session === undefined || session === "") throw usageError("missing the session id: tack events <session>", name);
       return { name, session, json: values.json === true, follow: values.follow === true };
     }
   }
 }
 
-/** Usage text of one command (the whole CLI's for an unknown name). */
-export function usageOf(name: string): string {
-  return isCommandName(name) ? USAGE[name] : MAIN_USAGE;
-}
 
 type OptionSpec = Record<string, { type: "string" | "boolean" }>;
+type Values<O extends OptionSpec> = { [K in keyof O]?: O[K]["type"] extends "string" ? string : boolean } & { help?: boolean };
 
-function parse<O extends OptionSpec>(command: string, args: string[], options: O, maxPositionals: number) {
-  let parsed;
+function parse<O extends OptionSpec>(command: string, args: string[], options: O, maxPositionals: number): { values: Values<O>; positionals: string[] } {
+  let parsed: { values: Values<O>; positionals: string[] };
   try {
-    parsed = parseArgs({ args, options: { ...options, help: { type: "boolean", short: "h" } }, allowPositionals: true, strict: true });
+    parsed = parseArgs({ args, options: { ...options, help: { type: "boolean", short: "h" } }, allowPositionals: true, strict: true }) as { values: Values<O>; positionals: string[] };
   } catch (error) {
-    throw usageError(describeParseError(command, error as Error & { code?: string }), USAGE[command as keyof typeof USAGE]);
+    throw usageError(describeParseError(command, error as Error & { code?: string }), command);
   }
   if (!parsed.values.help && parsed.positionals.length > maxPositionals) {
     const extra = parsed.positionals.slice(maxPositionals).map((p) => JSON.stringify(p)).join(" ");
     const hint = command === "run" ? " (quote the task as one argument)" : "";
-    throw usageError(`tack ${command} got unexpected arguments: ${extra}${hint}`, USAGE[command as keyof typeof USAGE]);
+    throw usageError(`tack ${command} got unexpected arguments: ${extra}${hint}`, command);
   }
   return parsed;
 }
@@ -140,9 +137,9 @@ function describeParseError(command: string, error: Error & { code?: string }): 
   }
 }
 
-function parsePort(value: string, usage: string): number {
+function parsePort(value: string): number {
   const port = Number(value);
-  if (!/^\d+$/.test(value) || port < 1 || port > 65535) throw usageError(`--port ${JSON.stringify(value)} is not a port number (1-65535)`, usage);
+  if (!/^\d+$/.test(value) || port < 1 || port > 65535) throw usageError(`--port ${JSON.stringify(value)} is not a port number (1-65535)`, "up");
   return port;
 }
 
@@ -150,7 +147,13 @@ function isCommandName(name: string): name is keyof typeof USAGE {
   return Object.hasOwn(USAGE, name);
 }
 
-/** A bad command line: exit code 2, the message and the command's usage. */
-export function usageError(message: string, usage: string): TackError {
+/**
+ * A bad command line (exit code 2). `details.usage` holds what to print after the message:
+ * the command's usage line and where its help is, or the list of commands.
+ */
+export function usageError(message: string, command?: string): TackError {
+  const usage = command !== undefined && isCommandName(command)
+    ? `${USAGE[command].split("\n")[0]}\nRun \`tack ${command} --help\` for its options.`
+    : MAIN_USAGE;
   return new TackError("cli.usage", message, { details: { usage } });
 }

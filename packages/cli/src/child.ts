@@ -25,8 +25,16 @@ export interface Child {
   stop(graceMs: number): Promise<void>;
 }
 
-/** Starts `command` with stdin closed and stdout/stderr appended to `logFile`. */
-export function spawnChild(name: string, command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; logFile: string }): Child {
+/**
+ * Starts `command` with stdin closed and stdout/stderr appended to `logFile`. `detached`
+ * puts it in its own process group, so a Ctrl-C in the terminal does not reach it.
+ */
+export function spawnChild(
+  name: string,
+  command: string,
+  args: string[],
+  options: { cwd: string; env: NodeJS.ProcessEnv; logFile: string; detached?: boolean },
+): Child {
   // The child writes to the file directly, so its output survives the launcher and never blocks on a pipe.
   const fd = openSync(options.logFile, "a", 0o600);
   let child: ChildProcess;
@@ -34,7 +42,7 @@ export function spawnChild(name: string, command: string, args: string[], option
   try {
     writeSync(fd, `--- ${new Date().toISOString()} starting ${name}: ${command} ${args.join(" ")}\n`);
     offset = fstatSync(fd).size;
-    child = spawn(command, args, { cwd: options.cwd, env: options.env, stdio: ["ignore", fd, fd] });
+    child = spawn(command, args, { cwd: options.cwd, env: options.env, stdio: ["ignore", fd, fd], detached: options.detached });
   } finally {
     closeSync(fd);
   }

@@ -101,7 +101,7 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     TACK_API_KEY: apiKey,
     TACK_GATEWAY_HOST: "127.0.0.1",
     TACK_GATEWAY_PORT: String(gatewayPort),
-    TACK_DB: join(dataDir, "gateway.db"),
+    TACK_DB: join(dataDir, "tack.db"),
     ...options.env,
   };
 

@@ -27,6 +27,8 @@ export async function startNatsServer(options: { dataDir: string; logDir: string
       cwd: options.dataDir,
       env: process.env,
       logFile: join(options.logDir, "nats-server.log"),
+      // Out of the terminal's process group: on Ctrl-C the services must still reach NATS while they shut down.
+      detached: true,
     });
     const outcome = await Promise.race([child.exited, waitForPort(port, options.timeoutMs, () => child.exit() !== undefined)]);
     if (outcome === "open") return { url: `nats://${HOST}:${port}`, child };

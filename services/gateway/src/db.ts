@@ -41,10 +41,10 @@ export interface Database {
   sessions: SessionsTable;
 }
 
-// Kysely's own docs type migrations with Kysely<any>: a migration must not depend on today's schema type.
+// A migration sees an untyped database: it must not depend on the schema type of today.
 const migrations: Record<string, Migration> = {
   "0001_index": {
-    async up(db: Kysely<any>) {
+    async up(db: Kysely<unknown>) {
       await db.schema.createTable("tenants")
         .addColumn("id", "text", (c) => c.primaryKey())
         .addColumn("created_at", "text", (c) => c.notNull())
@@ -69,7 +69,7 @@ const migrations: Record<string, Migration> = {
         .execute();
       await db.schema.createIndex("sessions_tenant_created").on("sessions").columns(["tenant", "created_at", "id"]).execute();
     },
-    async down(db: Kysely<any>) {
+    async down(db: Kysely<unknown>) {
       await db.schema.dropTable("sessions").execute();
       await db.schema.dropTable("api_keys").execute();
       await db.schema.dropTable("tenants").execute();

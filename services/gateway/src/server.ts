@@ -1,10 +1,11 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { jetstreamManager } from "@nats-io/jetstream";
+import type { Kysely } from "kysely";
 import { Bus, TackError } from "@tack/bus";
 import { logger } from "@tack/telemetry";
 import { authenticate, hashApiKey } from "./auth.js";
-import { openDatabase, ping } from "./db.js";
+import { openDatabase, ping, type Database } from "./db.js";
 import { GatewayError, respondWithErrors } from "./errors.js";
 import { streamEvents } from "./events.js";
 import { compose, sendJson, type Exchange, type Handler } from "./http.js";
@@ -91,6 +92,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
           break;
         }
       }
+      // While stopping, a connection that finishes its response is idle: close it now rather
+      // than after the keep-alive timeout.
+      res.once("finish", () => {
+        if (shutdown.signal.aborted) setImmediate(() => server.closeIdleConnections());
+      });
       const exchange: Exchange = { req, res, url, route: route?.pattern, params, tenant: undefined };
       chain(exchange).catch((error: unknown) => {
         // respondWithErrors catches handler failures; this is only reached if writing the error failed.
@@ -152,7 +158,7 @@ function matchPattern(pattern: string, path: string): Record<string, string> | u
 }
 
 /** `GET /healthz` (no auth): 200 when the index answers and the bus connection is open, else 503. */
-function health(context: GatewayContext, db: Parameters<typeof ping>[0]): Handler {
+function health(context: GatewayContext, db: Kysely<Database>): Handler {
   return async (exchange) => {
     const problems: string[] = [];
     await ping(db).catch((error: unknown) => problems.push(`session index: ${(error as Error).message}`));

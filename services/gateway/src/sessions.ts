@@ -41,8 +41,8 @@ const SubmitMessageBody = z.strictObject({
 });
 
 const ListQuery = z.object({
-  limit: z.coerce.number().int("must be an integer").min(1, "must be at least 1").max(200, "must be at most 200").default(50),
-  offset: z.coerce.number().int("must be an integer").min(0, "must be at least 0").default(0),
+  limit: z.coerce.number({ error: "must be a number" }).int("must be an integer").min(1, "must be at least 1").max(200, "must be at most 200").default(50),
+  offset: z.coerce.number({ error: "must be a number" }).int("must be an integer").min(0, "must be at least 0").default(0),
 });
 
 /** The JSON form of an index row. */

@@ -110,7 +110,7 @@ async function complete(
   }
 }
 
-/** The OpenAI-compatible request body. Reasoning content is not sent back: DeepSeek rejects or ignores it. */
+/** The OpenAI-compatible request body, system prompt first. */
 function requestBody(model: string, request: CompleteRequest): Record<string, unknown> {
   const messages: Record<string, unknown>[] = [];
   if (request.systemPrompt !== "") messages.push({ role: "system", content: request.systemPrompt });
@@ -146,12 +146,14 @@ function wireMessage(message: ChatMessage, i: number): Record<string, unknown> {
     case Role.ROLE_USER:
       return { role: "user", content: message.content };
     case Role.ROLE_ASSISTANT:
+      // DeepSeek's thinking mode answers 400 when an assistant message with tool calls comes
+      // back without its reasoning_content; elsewhere it ignores the field, so it is sent only then.
+      if (message.toolCalls.length === 0) return { role: "assistant", content: message.content };
       return {
         role: "assistant",
         content: message.content,
-        ...(message.toolCalls.length > 0
-          ? { tool_calls: message.toolCalls.map((call) => ({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } })) }
-          : {}),
+        reasoning_content: message.reasoningContent,
+        tool_calls: message.toolCalls.map((call) => ({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } })),
       };
     case Role.ROLE_TOOL:
       return { role: "tool", tool_call_id: message.toolCallId, content: message.content };

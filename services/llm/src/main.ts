@@ -1,7 +1,11 @@
 // Entry point of the llm service process: `tsx services/llm/src/main.ts`. Reads NATS_URL and
 // TACK_NAMESPACE here; the service itself reads DEEPSEEK_API_KEY and DEEPSEEK_BASE_URL.
 import { TackError } from "@tack/bus";
+import { initTelemetry } from "@tack/telemetry";
 import { startLlmService } from "./service.js";
+
+// Exports spans when OTEL_EXPORTER_OTLP_ENDPOINT is set; always propagates trace context.
+initTelemetry({ serviceName: "tack-llm" });
 
 try {
   const service = await startLlmService({

@@ -19,6 +19,12 @@ async function writeCredentials(text: string, mode: number): Promise<string> {
   return path;
 }
 
+async function rejection(promise: Promise<unknown>): Promise<Error> {
+  return promise.then(() => {
+    throw new Error("expected a failure");
+  }, (error: unknown) => error as Error);
+}
+
 describe("credentials", () => {
   it("credentials - the environment key wins over the file", async () => {
     await writeCredentials("deepseek:\n  api_key: sk-from-file\n", 0o600);
@@ -40,15 +46,15 @@ describe("credentials", () => {
   it("credentials - a file readable by others fails with the chmod fix", async () => {
     for (const mode of [0o644, 0o640]) {
       const path = await writeCredentials("deepseek:\n  api_key: sk-from-file\n", mode);
-      const error = await loadCredentials({ home, env: { DEEPSEEK_API_KEY: "sk-from-env" } }).catch((e: unknown) => e);
+      const error = await rejection(loadCredentials({ home, env: { DEEPSEEK_API_KEY: "sk-from-env" } }));
       expect(error).toMatchObject({ code: "llm.insecure_credentials" });
-      expect((error as Error).message).toContain(`chmod 600 ${path}`);
+      expect(error.message).toContain(`chmod 600 ${path}`);
     }
   });
 
   it("credentials - a malformed file names the line but not its text", async () => {
     await writeCredentials("deepseek:\n  api_key sk-secret-value\n", 0o600);
-    const error = await loadCredentials({ home, env: {} }).catch((e: unknown) => e as Error);
+    const error = await rejection(loadCredentials({ home, env: {} }));
     expect(error).toMatchObject({ code: "llm.bad_credentials" });
     expect(error.message).toContain("line 2");
     expect(error.message).not.toContain("sk-secret-value");
@@ -56,7 +62,7 @@ describe("credentials", () => {
 
   it("credentials - the service refuses to start with a world-readable file", async () => {
     const path = await writeCredentials("deepseek:\n  api_key: sk-from-file\n", 0o604);
-    const error = await startLlmService({ url: "nats://127.0.0.1:4222", namespace: "tunused", home, env: {} }).catch((e: unknown) => e as Error);
+    const error = await rejection(startLlmService({ url: "nats://127.0.0.1:4222", namespace: "tunused", home, env: {} }));
     expect(error).toMatchObject({ code: "llm.insecure_credentials" });
     expect(error.message).toContain(`chmod 600 ${path}`);
   });

@@ -26,6 +26,8 @@ const request: CompleteRequest = {
       toolCallId: "",
     },
     { role: Role.ROLE_TOOL, content: "# Tack", reasoningContent: "", toolCalls: [], toolCallId: "call_00_abc" },
+    { role: Role.ROLE_ASSISTANT, content: "It is a harness.", reasoningContent: "Summarize.", toolCalls: [], toolCallId: "" },
+    { role: Role.ROLE_USER, content: "Add two and three.", reasoningContent: "", toolCalls: [], toolCallId: "" },
   ],
   temperature: 0.2,
   maxTokens: 4096,
@@ -56,7 +58,7 @@ async function run(
 }
 
 describe("deepseek", () => {
-  it("deepseek - sends system prompt, history, tools and stream options", async () => {
+  it("deepseek - sends system prompt, history, tools and stream options; reasoning only with tool calls", async () => {
     server.respondWith({ file: "reasoning.sse" });
     await run("deepseek-reasoner");
     expect(server.requests).toHaveLength(1);
@@ -72,9 +74,12 @@ describe("deepseek", () => {
         {
           role: "assistant",
           content: "",
+          reasoning_content: "I should read it.",
           tool_calls: [{ id: "call_00_abc", type: "function", function: { name: "read_file", arguments: '{"path":"README.md"}' } }],
         },
         { role: "tool", tool_call_id: "call_00_abc", content: "# Tack" },
+        { role: "assistant", content: "It is a harness." },
+        { role: "user", content: "Add two and three." },
       ],
       tools: [{
         type: "function",

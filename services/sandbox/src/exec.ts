@@ -135,6 +135,8 @@ async function exitCodeOf(exec: Docker.Exec): Promise<number> {
     try {
       info = await exec.inspect();
     } catch (error) {
+      // The container was removed while the command ran (a release, or reaping after a restart).
+      if (statusOf(error) === 404) throw new ContainerGone();
       throw dockerFailure(error, "read the exit code of a sandbox command");
     }
     if (!info.Running && info.ExitCode !== null) return info.ExitCode;

@@ -1,6 +1,10 @@
 // Executable entry of the sandbox service: `tsx services/sandbox/src/main.ts`, configured by environment.
 import { TackError } from "@tack/bus";
+import { initTelemetry } from "@tack/telemetry";
 import { startSandboxService, type SandboxServiceOptions } from "./index.js";
+
+// Exports spans when OTEL_EXPORTER_OTLP_ENDPOINT is set; always propagates trace context.
+initTelemetry({ serviceName: "tack-sandbox" });
 
 const env = process.env;
 const idle = env.TACK_SANDBOX_IDLE_MS;

@@ -83,19 +83,18 @@ export class Sandboxes {
       const existing = await this.#inspect(input.sessionId);
       if (existing) return this.#reuse(existing, input, mode, workspace.path);
       await this.#checkRuntime(mode);
-      const spec = {
-        name: this.#name(input.sessionId),
-        image: this.#options.image,
-        runtime: this.#options.runtime,
-        namespace: this.#options.namespace,
-        sessionId: input.sessionId,
-        tenant: input.tenant,
-        mode,
-        workspace,
-      };
       let container: Docker.Container;
       try {
-        container = await this.#docker.createContainer(containerOptions(spec));
+        container = await this.#docker.createContainer(containerOptions({
+          name: this.#name(input.sessionId),
+          image: this.#options.image,
+          runtime: this.#options.runtime,
+          namespace: this.#options.namespace,
+          sessionId: input.sessionId,
+          tenant: input.tenant,
+          mode,
+          workspace,
+        }));
       } catch (error) {
         // Another process (a second replica, or a predecessor still shutting down) created it first.
         const raced = statusOf(error) === 409 ? await this.#inspect(input.sessionId) : undefined;
@@ -160,10 +159,9 @@ export class Sandboxes {
     return removed.filter(Boolean).length;
   }
 
-  /** Removes the containers that ran no command for the idle timeout; returns the sessions reaped. */
-  async reapIdle(): Promise<string[]> {
+  /** Removes the containers that ran no command for the idle timeout. */
+  async reapIdle(): Promise<void> {
     const idle = (entry: Entry) => entry.activeExecs === 0 && Date.now() - entry.lastUsedAt >= this.#options.idleTimeoutMs;
-    const reaped: string[] = [];
     for (const [sessionId, entry] of [...this.#entries]) {
       if (!idle(entry)) continue;
       await this.#withLock(sessionId, async () => {
@@ -171,10 +169,8 @@ export class Sandboxes {
         if (this.#entries.get(sessionId) !== entry || !idle(entry)) return;
         this.#entries.delete(sessionId);
         await this.#remove(entry.id);
-        reaped.push(sessionId);
       });
     }
-    return reaped;
   }
 
   #name(sessionId: string): string {

@@ -77,6 +77,9 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
     )),
   ];
 
+  // Round trip to the server so that the subscriptions are in place when this function returns.
+  await bus.nc.flush();
+
   // Check a few times per idle timeout so a container outlives it by at most a quarter of it.
   const reapEveryMs = Math.min(Math.max(compiled.idleTimeoutMs / 4, 50), 60_000);
   let reaping = false;

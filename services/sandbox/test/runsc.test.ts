@@ -1,3 +1,4 @@
+import { release } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { docker, Harness, rejection } from "./helpers.js";
 
@@ -16,7 +17,7 @@ describe("sandbox under gVisor", () => {
     expect((await docker.getContainer(ensured.containerId).inspect()).HostConfig.Runtime).toBe("runsc");
     expect(await h.exec("g1", ["bash", "-c", "id -u; echo hi > /workspace/f; cat /workspace/f"])).toMatchObject({ exitCode: 0, stdout: "1000\nhi\n" });
     // gVisor's own kernel answers, not the host's.
-    expect((await h.exec("g1", ["cat", "/proc/version"])).stdout).toContain("gVisor");
+    expect((await h.exec("g1", ["uname", "-r"])).stdout.trim()).not.toBe(release());
   });
 
   it("runsc - danger-full-access is refused when the runtime is declared without a network", async () => {

@@ -1,6 +1,8 @@
 // Executable entry of the tools service: `tsx services/tools/src/main.ts` (env NATS_URL, TACK_NAMESPACE).
+import { initTelemetry } from "@tack/telemetry";
 import { startToolsService, type ToolsService } from "./service.js";
 
+const telemetry = initTelemetry({ serviceName: "tack-tools" });
 let service: ToolsService;
 try {
   service = await startToolsService({
@@ -9,17 +11,21 @@ try {
   });
 } catch (error) {
   console.error(`tack-tools: ${(error as Error).message}`);
+  await telemetry.shutdown();
   process.exit(1);
 }
 
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.once(signal, () => {
-    service.stop().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        console.error(`tack-tools: ${(error as Error).message}`);
-        process.exit(1);
-      },
-    );
+    service
+      .stop()
+      .then(() => telemetry.shutdown())
+      .then(
+        () => process.exit(0),
+        (error: unknown) => {
+          console.error(`tack-tools: ${(error as Error).message}`);
+          process.exit(1);
+        },
+      );
   });
 }

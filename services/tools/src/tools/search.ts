@@ -11,7 +11,8 @@ export async function ripgrep(ctx: ToolContext, options: string[], path: string 
   // `.git` is excluded after the model's globs: of several matching rg globs the last one wins.
   const argv = ["rg", "--hidden", "--sort", "path", ...options, "--glob", "!.git", "--", ...(path ? [sandboxPath(path)] : [])];
   // pipefail keeps rg's exit status (0 found, 1 nothing found, 2 error); awk prints the count last.
-  const script = `set -o pipefail; "$@" | awk -v max=${max} 'NR <= max { print } END { print NR }'`;
+  // stdin is /dev/null because rg searches a piped stdin instead of the directory when given no path.
+  const script = `set -o pipefail; "$@" < /dev/null | awk -v max=${max} 'NR <= max { print } END { print NR }'`;
   const result = await exec(ctx, ["bash", "-c", script, "search", ...argv]);
   if (result.timedOut) throw new ToolError("search timed out; narrow the path or pattern");
   const lines = result.stdout.replace(/\n$/, "").split("\n");

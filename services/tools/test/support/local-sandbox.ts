@@ -34,7 +34,9 @@ export class LocalSandboxClient implements SandboxClient {
     return new Promise((resolve, reject) => {
       const [file, ...args] = request.argv;
       // detached: the child leads its own process group, so a kill reaches what it started too.
-      const child = spawn(file ?? "", args, { cwd: hostCwd, detached: true, stdio: "pipe" });
+      // A bare environment, like the container's: none of the host's variables or login profile.
+      const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: this.#root };
+      const child = spawn(file ?? "", args, { cwd: hostCwd, env, detached: true, stdio: "pipe" });
       const stdout = collect(maxBytes);
       const stderr = collect(maxBytes);
       let timedOut = false;

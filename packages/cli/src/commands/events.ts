@@ -1,0 +1,25 @@
+// `tack events`: a session's events, one line or one JSON object each.
+import type { Command } from "../args.js";
+import { GatewayClient, resolveGateway } from "../gateway.js";
+import { eventLine } from "../transcript.js";
+
+type EventsCommand = Extract<Command, { name: "events" }>;
+
+/** Runs `tack events`; with --follow it runs until Ctrl-C. */
+export async function eventsCommand(command: EventsCommand, cwd: string, env: NodeJS.ProcessEnv): Promise<number> {
+  const client = new GatewayClient(await resolveGateway(cwd, env));
+  const abort = new AbortController();
+  const onInterrupt = () => abort.abort();
+  process.once("SIGINT", onInterrupt);
+  try {
+    for await (const { event, json } of client.events(command.session, { follow: command.follow, signal: abort.signal })) {
+      process.stdout.write(`${command.json ? JSON.stringify(json) : eventLine(event)}\n`);
+    }
+  } catch (error) {
+    // Ctrl-C is how --follow ends.
+    if (!abort.signal.aborted) throw error;
+  } finally {
+    process.off("SIGINT", onInterrupt);
+  }
+  return 0;
+}

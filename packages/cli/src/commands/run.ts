@@ -1,0 +1,77 @@
+// `tack run`: one task in a new session, printed as a transcript (or JSON lines) until the turn ends.
+import { stat } from "node:fs/promises";
+import { resolve } from "node:path";
+import { TackError } from "@tack/bus";
+import { DEFAULT_MODEL, usageError, type Command } from "../args.js";
+import { GatewayClient, resolveGateway } from "../gateway.js";
+import { TranscriptRenderer } from "../transcript.js";
+
+type RunCommand = Extract<Command, { name: "run" }>;
+
+/** Runs `tack run`; resolves with the exit code (1 when the turn ended with an error, 130 on Ctrl-C). */
+export async function runCommand(command: RunCommand, cwd: string, env: NodeJS.ProcessEnv): Promise<number> {
+  // Arguments are checked before the gateway is looked for, so a typo is reported as such even when Tack is down.
+  const model = await resolveModel(command.model ?? DEFAULT_MODEL, cwd);
+  const workspace = await resolveWorkspace(command.workspace ?? cwd, cwd);
+  const client = new GatewayClient(await resolveGateway(cwd, env));
+  const { id } = await client.createSession({ workspace, model });
+  process.stderr.write(`session ${id} · ${model} · ${workspace}\n`);
+  const { turn } = await client.postMessage(id, command.task);
+  const abort = new AbortController();
+  const onInterrupt = () => abort.abort();
+  process.once("SIGINT", onInterrupt);
+  try {
+    const reason = await followTurn(client, id, turn, { json: command.json, signal: abort.signal });
+    if (reason === undefined) {
+      process.stderr.write(`stopped following session ${id}; the turn goes on in Tack: tack events ${id} --follow\n`);
+      return 130;
+    }
+    return reason === "error" ? 1 : 0;
+  } finally {
+    process.off("SIGINT", onInterrupt);
+  }
+}
+
+/**
+ * Prints a session's events until turn `turn` ends, as a transcript or as JSON lines; resolves
+ * with the turn's end reason, or undefined when `signal` stopped the following (the turn goes on).
+ */
+export async function followTurn(
+  client: GatewayClient,
+  sessionId: string,
+  turn: number,
+  options: { json: boolean; signal: AbortSignal },
+): Promise<string | undefined> {
+  const renderer = new TranscriptRenderer({ color: process.stdout.isTTY === true && !process.env.NO_COLOR });
+  try {
+    for await (const { event, json } of client.events(sessionId, { follow: true, signal: options.signal })) {
+      process.stdout.write(options.json ? `${JSON.stringify(json)}\n` : renderer.render(event));
+      if (event.payload?.$case === "turnEnd" && event.payload.value.turn === turn) {
+        const reason = event.payload.value.reason;
+        process.stderr.write(`session ${sessionId}: turn ${turn} ${reason} · every event: tack events ${sessionId} --json\n`);
+        return reason;
+      }
+    }
+    throw new TackError("cli.stream_dropped", `the event stream of session ${sessionId} ended before turn ${turn} did; see it with \`tack events ${sessionId} --follow\``);
+  } catch (error) {
+    if (!options.signal.aborted) throw error;
+    if (!options.json) process.stdout.write(renderer.finish());
+    return undefined;
+  }
+}
+
+/** `scripted:FILE` becomes `scripted:<absolute path>` of an existing file; other models pass as they are. */
+async function resolveModel(model: string, cwd: string): Promise<string> {
+  if (!model.startsWith("scripted:")) return model;
+  const file = resolve(cwd, model.slice("scripted:".length));
+  const found = await stat(file).catch(() => undefined);
+  if (!found?.isFile()) throw usageError(`the script ${file} of --model ${model} does not exist (relative paths start at the current directory)`, "run");
+  return `scripted:${file}`;
+}
+
+async function resolveWorkspace(dir: string, cwd: string): Promise<string> {
+  const workspace = resolve(cwd, dir);
+  const found = await stat(workspace).catch(() => undefined);
+  if (!found?.isDirectory()) throw usageError(`the workspace ${workspace} is not an existing directory`, "run");
+  return workspace;
+}

@@ -1,0 +1,38 @@
+// The `tack` command: parses the command line, runs one command, exits 0 (ok), 1 (failed) or 2 (bad command line).
+import { TackError } from "@tack/bus";
+import { parseCommand } from "./args.js";
+import { downCommand } from "./commands/down.js";
+import { eventsCommand } from "./commands/events.js";
+import { runCommand } from "./commands/run.js";
+import { upCommand } from "./commands/up.js";
+
+async function main(argv: string[]): Promise<number> {
+  try {
+    const command = parseCommand(argv);
+    switch (command.name) {
+      case "help":
+        process.stdout.write(`${command.text}\n`);
+        return 0;
+      case "up":
+        return await upCommand(command, process.cwd(), process.env);
+      case "down":
+        return await downCommand(process.cwd());
+      case "run":
+        return await runCommand(command, process.cwd(), process.env);
+      case "events":
+        return await eventsCommand(command, process.cwd(), process.env);
+    }
+  } catch (error) {
+    const failure = TackError.from(error);
+    if (failure.code === "cli.usage") {
+      process.stderr.write(`tack: ${failure.message}\n\n${failure.details.usage}\n`);
+      return 2;
+    }
+    process.stderr.write(`tack: ${failure.message}\n`);
+    if (process.env.TACK_DEBUG && failure.stack) process.stderr.write(`${failure.stack}\n`);
+    return 1;
+  }
+}
+
+// Exit explicitly: pooled HTTP connections and timers must not keep a finished command alive.
+process.exit(await main(process.argv.slice(2)));

@@ -1,0 +1,67 @@
+// Test-only stand-in for the loop service: answers the loop's bus contracts and writes the
+// events a real loop writes for them, so the gateway can be tested without models or sandboxes.
+// The real loop is covered end to end by the repository's integration tests.
+import { randomBytes } from "node:crypto";
+import { Bus, TackError } from "@tack/bus";
+import { draft, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
+import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+
+/** A loop that owns sessions in memory; `subjects` records which subject served each call. */
+export class FakeLoop {
+  readonly subjects: string[] = [];
+  readonly #bus: Bus;
+  readonly #writers = new Map<string, SessionLogWriter>();
+  readonly #turns = new Map<string, number>();
+
+  private constructor(bus: Bus) {
+    this.#bus = bus;
+  }
+
+  /** Connects and serves `loop.create` and `loop.submit`. */
+  static async start(url: string, namespace: string): Promise<FakeLoop> {
+    const loop = new FakeLoop(await Bus.connect({ url, namespace, name: "fake-loop" }));
+    const { names } = loop.#bus;
+    loop.#bus.serve(names.loopCreate, "loop", CreateSessionRequest, CreateSessionResponse, async (request, context) => {
+      loop.subjects.push(context.subject);
+      if (request.model.startsWith("fail:")) throw new TackError("loop.invalid_model", `model ${request.model} is unknown; use deepseek:<model> or scripted:<file>`);
+      const sessionId = request.sessionId || `s${randomBytes(6).toString("hex")}`;
+      const writer = await loop.#claim(request.tenant, sessionId);
+      await writer.append(draft("sessionCreated", {
+        sessionId, tenant: request.tenant, mode: request.mode, model: request.model, workspace: request.workspace, formatVersion: FORMAT_VERSION, title: request.title,
+      }, "loop"));
+      return { sessionId, subject: writer.subject };
+    });
+    loop.#bus.serve(names.loopSubmit, "loop", SubmitMessageRequest, SubmitMessageResponse, async (request, context) => {
+      loop.subjects.push(context.subject);
+      await loop.#claim(request.tenant, request.sessionId);
+      return loop.#submit(request);
+    });
+    await loop.#bus.nc.flush();
+    return loop;
+  }
+
+  async #claim(tenant: string, sessionId: string): Promise<SessionLogWriter> {
+    const writer = await SessionLogWriter.open(this.#bus.nc, this.#bus.names, { tenant, sessionId });
+    this.#writers.set(sessionId, writer);
+    this.#bus.serve(this.#bus.names.loopSessionSubmit(sessionId), "owner", SubmitMessageRequest, SubmitMessageResponse, async (request, context) => {
+      this.subjects.push(context.subject);
+      return this.#submit(request);
+    });
+    await this.#bus.nc.flush();
+    return writer;
+  }
+
+  async #submit(request: SubmitMessageRequest): Promise<SubmitMessageResponse> {
+    const writer = this.#writers.get(request.sessionId);
+    if (!writer) throw new TackError("loop.session_not_found", `session ${request.sessionId} is not owned here`);
+    const [event] = await writer.append(draft("userMessage", { text: request.text }, "loop"));
+    const turn = (this.#turns.get(request.sessionId) ?? 0) + 1;
+    this.#turns.set(request.sessionId, turn);
+    return { seq: event!.seq, turn };
+  }
+
+  /** Stops answering; sessions it owned have no owner afterwards. */
+  async stop(): Promise<void> {
+    await this.#bus.close();
+  }
+}

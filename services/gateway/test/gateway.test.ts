@@ -1,0 +1,456 @@
+import { createHash, randomBytes } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import SQLite from "better-sqlite3";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { SpanKind, trace } from "@opentelemetry/api";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
+import { Bus } from "@tack/bus";
+import { ensureLogStream, readAll } from "@tack/log";
+import { ensurePropagation } from "@tack/telemetry";
+import { MAX_BODY_BYTES, startGateway, type Gateway } from "@tack/gateway-service";
+import { FakeLoop } from "./fake-loop.js";
+
+const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+const KEY_ACME = `acme-${randomBytes(16).toString("hex")}`;
+const KEY_GLOBEX = `globex-${randomBytes(16).toString("hex")}`;
+const namespace = `t${randomBytes(5).toString("hex")}`;
+
+ensurePropagation();
+const spans = new InMemorySpanExporter();
+trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }));
+
+let bus: Bus;
+let loop: FakeLoop;
+let gateway: Gateway;
+let dir: string;
+let workspace: string;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "tack-gateway-"));
+  workspace = join(dir, "project");
+  mkdirSync(workspace);
+  bus = await Bus.connect({ url: NATS_URL, namespace, name: "gateway-test" });
+  await ensureLogStream(bus.nc, bus.names);
+  loop = await FakeLoop.start(NATS_URL, namespace);
+  gateway = await startGateway({
+    natsUrl: NATS_URL, namespace, port: 0, sqlitePath: join(dir, "index.db"), keepaliveMs: 200,
+    apiKeys: [{ key: KEY_ACME, tenant: "acme" }, { key: KEY_GLOBEX, tenant: "globex" }],
+  });
+});
+
+afterAll(async () => {
+  await gateway?.stop();
+  await loop?.stop();
+  const jsm = await jetstreamManager(bus.nc);
+  await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
+  await bus.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Calls the gateway with a key (default acme's) and a JSON body. */
+async function call(method: string, path: string, options: { key?: string | null; body?: unknown; raw?: string; headers?: Record<string, string> } = {}) {
+  const headers: Record<string, string> = { ...options.headers };
+  const key = options.key === undefined ? KEY_ACME : options.key;
+  if (key !== null) headers.authorization = `Bearer ${key}`;
+  let body: string | undefined = options.raw;
+  if (options.body !== undefined) body = JSON.stringify(options.body);
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(`${gateway.url}${path}`, { method, headers, body });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, json: text ? JSON.parse(text) : undefined };
+}
+
+async function createSession(body: Record<string, unknown> = {}, key?: string) {
+  const res = await call("POST", "/v1/sessions", { key, body: { workspace, model: "scripted:/abs/hello.json", ...body } });
+  expect(res.status, JSON.stringify(res.json)).toBe(201);
+  return res.json as { id: string; tenant: string; subject: string; created_at: string };
+}
+
+interface Frame {
+  id?: string;
+  event?: string;
+  data?: string;
+  comment?: string;
+}
+
+/** Parses a Server-Sent Events body frame by frame. */
+async function* frames(res: Response): AsyncGenerator<Frame> {
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const frame: Frame = {};
+        for (const line of block.split("\n")) {
+          if (line.startsWith(":")) frame.comment = line.slice(1).trim();
+          else {
+            const colon = line.indexOf(": ");
+            frame[line.slice(0, colon) as "id" | "event" | "data"] = line.slice(colon + 2);
+          }
+        }
+        yield frame;
+      }
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+/** Opens an event stream and collects events until `until` says stop; then disconnects. */
+async function readEvents(id: string, options: { query?: string; lastEventId?: string; until: (events: Frame[]) => boolean }): Promise<Frame[]> {
+  const abort = new AbortController();
+  const headers: Record<string, string> = { authorization: `Bearer ${KEY_ACME}` };
+  if (options.lastEventId) headers["last-event-id"] = options.lastEventId;
+  const res = await fetch(`${gateway.url}/v1/sessions/${id}/events${options.query ?? ""}`, { headers, signal: abort.signal });
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+  const events: Frame[] = [];
+  try {
+    for await (const frame of frames(res)) {
+      if (frame.comment !== undefined) continue;
+      events.push(frame);
+      if (options.until(events)) break;
+    }
+  } finally {
+    abort.abort();
+  }
+  return events;
+}
+
+async function post(id: string, text: string) {
+  const res = await call("POST", `/v1/sessions/${id}/messages`, { body: { text } });
+  expect(res.status, JSON.stringify(res.json)).toBe(202);
+  return res.json as { seq: number; turn: number };
+}
+
+async function waitForSpan(name: string, match: (span: ReadableSpan) => boolean = () => true): Promise<ReadableSpan> {
+  for (let i = 0; i < 100; i++) {
+    const found = spans.getFinishedSpans().find((s) => s.name === name && match(s));
+    if (found) return found;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`span ${name} never ended`);
+}
+
+describe("gateway", () => {
+  it("health - answers without a key", async () => {
+    const res = await call("GET", "/healthz", { key: null });
+    expect(res.status).toBe(200);
+    expect(res.json).toEqual({ status: "ok" });
+  });
+
+  it("auth - a missing key is refused with how to send one", async () => {
+    const res = await call("GET", "/v1/sessions", { key: null });
+    expect(res.status).toBe(401);
+    expect(res.json.error.code).toBe("gateway.missing_api_key");
+    expect(res.json.error.message).toContain("Authorization: Bearer <key>");
+    expect(res.headers.get("www-authenticate")).toMatch(/^Bearer/);
+  });
+
+  it("auth - a wrong key and a non-Bearer header are refused", async () => {
+    const wrong = await call("GET", "/v1/sessions", { key: "not-the-key" });
+    expect(wrong.status).toBe(401);
+    expect(wrong.json.error.code).toBe("gateway.invalid_api_key");
+    expect(wrong.json.error.message).toContain("Authorization: Bearer <key>");
+    const basic = await call("GET", "/v1/sessions", { key: null, headers: { authorization: `Basic ${Buffer.from(`u:${KEY_ACME}`).toString("base64")}` } });
+    expect(basic.status).toBe(401);
+    expect(basic.json.error.code).toBe("gateway.malformed_authorization");
+  });
+
+  it("auth - the right key opens /v1, also on unknown routes it gates first", async () => {
+    expect((await call("GET", "/v1/sessions")).status).toBe(200);
+    expect((await call("GET", "/v1/nothing", { key: null })).status).toBe(401);
+    expect((await call("GET", "/v1/nothing")).status).toBe(404);
+  });
+
+  it("auth - the index stores only SHA-256 hashes of the keys", () => {
+    const sqlite = new SQLite(join(dir, "index.db"), { readonly: true });
+    try {
+      const rows = sqlite.prepare("select hash, tenant from api_keys order by tenant").all() as { hash: string; tenant: string }[];
+      expect(rows).toEqual([
+        { hash: createHash("sha256").update(KEY_ACME).digest("hex"), tenant: "acme" },
+        { hash: createHash("sha256").update(KEY_GLOBEX).digest("hex"), tenant: "globex" },
+      ]);
+      const dump = JSON.stringify(sqlite.prepare("select * from api_keys").all());
+      expect(dump).not.toContain(KEY_ACME);
+    } finally {
+      sqlite.close();
+    }
+  });
+
+  it("routes - an unknown route is 404 and a wrong method is 405 with Allow", async () => {
+    const missing = await call("GET", "/nothing");
+    expect(missing.status).toBe(404);
+    expect(missing.json.error.code).toBe("gateway.route_not_found");
+    const method = await call("DELETE", "/v1/sessions");
+    expect(method.status).toBe(405);
+    expect(method.headers.get("allow")).toBe("POST, GET");
+  });
+
+  it("create - missing, relative and nonexistent workspaces are refused by name", async () => {
+    const before = loop.subjects.length;
+    const missing = await call("POST", "/v1/sessions", { body: { model: "scripted:/x.json" } });
+    expect(missing.status).toBe(400);
+    expect(missing.json.error).toMatchObject({ code: "gateway.invalid_request" });
+    expect(missing.json.error.message).toContain("workspace: is required");
+
+    const relative = await call("POST", "/v1/sessions", { body: { workspace: "project", model: "scripted:/x.json" } });
+    expect(relative.status).toBe(400);
+    expect(relative.json.error.message).toContain('workspace: must be an absolute host path, got "project"');
+
+    const gone = join(dir, "no-such-dir");
+    const nonexistent = await call("POST", "/v1/sessions", { body: { workspace: gone, model: "scripted:/x.json" } });
+    expect(nonexistent.status).toBe(400);
+    expect(nonexistent.json.error.code).toBe("gateway.workspace_not_found");
+    expect(nonexistent.json.error.message).toContain(gone);
+
+    const file = join(dir, "a-file");
+    writeFileSync(file, "x");
+    const notDir = await call("POST", "/v1/sessions", { body: { workspace: file, model: "scripted:/x.json" } });
+    expect(notDir.status).toBe(400);
+    expect(notDir.json.error.code).toBe("gateway.workspace_not_directory");
+    expect(loop.subjects.length).toBe(before);
+  });
+
+  it("create - every invalid field is named", async () => {
+    const res = await call("POST", "/v1/sessions", { body: { workspace, model: "nocolon", sandbox_mode: "yolo", approval_policy: 3, extra: true } });
+    expect(res.status).toBe(400);
+    expect(Object.keys(res.json.error.details).sort()).toEqual(["(body)", "approval_policy", "model", "sandbox_mode"]);
+    expect(res.json.error.message).toContain('sandbox_mode: Invalid option: expected one of "read-only"|"workspace-write"|"danger-full-access"');
+    expect(res.json.error.message).toContain("model: must be <provider>:<model>");
+    expect(res.json.error.message).toContain('Unrecognized key: "extra"');
+  });
+
+  it("create - malformed JSON is refused with line and column", async () => {
+    const res = await call("POST", "/v1/sessions", { raw: `{"workspace": "${workspace}",\n  "model": scripted}` });
+    expect(res.status).toBe(400);
+    expect(res.json.error.code).toBe("gateway.malformed_json");
+    expect(res.json.error.message).toBe('request body is not valid JSON: expected a value at line 2, column 12, found "s"');
+    const cut = await call("POST", "/v1/sessions", { raw: '{"workspace": "/x"' });
+    expect(cut.json.error.message).toBe("request body is not valid JSON: expected ',' or '}' at line 1, column 19, found the end of the body");
+    const empty = await call("POST", "/v1/sessions", { raw: "" });
+    expect(empty.status).toBe(400);
+    expect(empty.json.error.message).toContain("found the end of the body");
+  });
+
+  it("create - a body over 1 MiB is refused with 413, announced or chunked", async () => {
+    const big = JSON.stringify({ workspace, model: "scripted:/x.json", title: "x".repeat(MAX_BODY_BYTES) });
+    const announced = await call("POST", "/v1/sessions", { raw: big });
+    expect(announced.status).toBe(413);
+    expect(announced.json.error.code).toBe("gateway.body_too_large");
+
+    // Without Content-Length the gateway counts bytes as they arrive.
+    const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest(`${gateway.url}/v1/sessions`, { method: "POST", headers: { authorization: `Bearer ${KEY_ACME}`, "transfer-encoding": "chunked" } }, (res) => {
+        let body = "";
+        res.setEncoding("utf8").on("data", (c: string) => (body += c)).on("end", () => resolve({ status: res.statusCode!, body }));
+      });
+      req.on("error", reject);
+      const chunk = "x".repeat(64 * 1024);
+      const write = (left: number) => {
+        if (left === 0 || req.destroyed) return req.end();
+        if (req.write(chunk)) setImmediate(() => write(left - 1));
+        else req.once("drain", () => write(left - 1));
+      };
+      write(20);
+    });
+    expect(chunked.status).toBe(413);
+    expect(JSON.parse(chunked.body).error.code).toBe("gateway.body_too_large");
+  });
+
+  it("sessions - create, get and list newest first, per tenant", async () => {
+    const a1 = await createSession({ title: "first" });
+    await new Promise((r) => setTimeout(r, 5));
+    const a2 = await createSession({ title: "second", sandbox_mode: "read-only", approval_policy: "never" });
+    const b1 = await createSession({ title: "globex's" }, KEY_GLOBEX);
+    expect(a1).toMatchObject({
+      tenant: "acme", title: "first", model: "scripted:/abs/hello.json", mode: "standard", workspace,
+      sandbox_mode: "workspace-write", approval_policy: "ask", archived: false, subject: bus.names.logSubject("acme", a1.id),
+    });
+    expect(b1.tenant).toBe("globex");
+
+    const got = await call("GET", `/v1/sessions/${a2.id}`);
+    expect(got.status).toBe(200);
+    expect(got.json).toMatchObject({ id: a2.id, sandbox_mode: "read-only", approval_policy: "never", last_seq: 1 });
+
+    const events = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: a2.id });
+    expect(events.map((e) => e.type)).toEqual(["session/created"]);
+
+    const list = await call("GET", "/v1/sessions?limit=200");
+    const ids = (list.json.sessions as { id: string }[]).map((s) => s.id);
+    expect(ids.indexOf(a2.id)).toBeLessThan(ids.indexOf(a1.id));
+    expect(ids).not.toContain(b1.id);
+    const page = await call("GET", "/v1/sessions?limit=1&offset=1");
+    expect(page.json).toMatchObject({ limit: 1, offset: 1 });
+    expect(page.json.sessions[0].id).toBe(ids[1]);
+    const bad = await call("GET", "/v1/sessions?limit=0&offset=x");
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.message).toBe("invalid query: limit: must be at least 1; offset: must be a number");
+
+    // Another tenant's session does not exist for this key.
+    for (const [method, path] of [["GET", ""], ["GET", "/events?follow=0"], ["POST", "/messages"]] as const) {
+      const other = await call(method, `/v1/sessions/${b1.id}${path}`, { body: method === "POST" ? { text: "hi" } : undefined });
+      expect(other.status).toBe(404);
+      expect(other.json.error.code).toBe("gateway.session_not_found");
+    }
+  });
+
+  it("create - a loop failure is passed on as 502 with its code", async () => {
+    const res = await call("POST", "/v1/sessions", { body: { workspace, model: "fail:model" } });
+    expect(res.status).toBe(502);
+    expect(res.json.error).toEqual({ code: "loop.invalid_model", message: "model fail:model is unknown; use deepseek:<model> or scripted:<file>" });
+  });
+
+  it("messages - posts to the owner, or to any loop when the session has no owner", async () => {
+    const session = await createSession();
+    loop.subjects.length = 0;
+    expect(await post(session.id, "hello")).toEqual({ seq: 2, turn: 1 });
+    expect(loop.subjects).toEqual([bus.names.loopSessionSubmit(session.id)]);
+
+    // A fresh loop replica owns nothing: the owner subject has no responders, the queue subject claims it.
+    await loop.stop();
+    loop = await FakeLoop.start(NATS_URL, namespace);
+    expect(await post(session.id, "again")).toEqual({ seq: 3, turn: 1 });
+    expect(await post(session.id, "and again")).toEqual({ seq: 4, turn: 2 });
+    expect(loop.subjects).toEqual([bus.names.loopSubmit, bus.names.loopSessionSubmit(session.id)]);
+    const events = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id });
+    expect(events.map((e) => [e.seq, e.type])).toEqual([[1, "session/created"], [2, "user/message"], [3, "user/message"], [4, "user/message"]]);
+  });
+
+  it("messages - invalid text is refused and nothing is logged", async () => {
+    const session = await createSession();
+    for (const [body, message] of [
+      [{ text: "" }, "text: must not be empty"],
+      [{ text: "  \n" }, "text: must not be empty"],
+      [{}, "text: is required"],
+      [{ text: "x".repeat(100_001) }, "text: must be at most 100,000 characters"],
+    ] as const) {
+      const res = await call("POST", `/v1/sessions/${session.id}/messages`, { body });
+      expect(res.status).toBe(400);
+      expect(res.json.error.message).toContain(message);
+    }
+    expect(await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id })).toHaveLength(1);
+    const unknown = await call("POST", "/v1/sessions/nope/messages", { body: { text: "hi" } });
+    expect(unknown.status).toBe(404);
+  });
+
+  it("events - follow=0 sends from a seq to the current end and ends", async () => {
+    const session = await createSession();
+    for (const text of ["one", "two", "three"]) await post(session.id, text);
+    const res = await fetch(`${gateway.url}/v1/sessions/${session.id}/events?follow=0&from=2`, { headers: { authorization: `Bearer ${KEY_ACME}` } });
+    const all: Frame[] = [];
+    for await (const frame of frames(res)) all.push(frame);
+    expect(all.map((f) => [f.id, f.event])).toEqual([["2", "user/message"], ["3", "user/message"], ["4", "user/message"]]);
+    expect(JSON.parse(all[0]!.data!)).toMatchObject({ seq: 2, type: "user/message", source: "loop", userMessage: { text: "one" } });
+
+    const bad = await call("GET", `/v1/sessions/${session.id}/events?from=zero`);
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.message).toBe('from must be the first seq to send (an integer ≥ 1), got "zero"');
+  });
+
+  it("events - a reconnect with Last-Event-ID resumes without gaps or repeats", async () => {
+    const session = await createSession();
+    for (let i = 1; i <= 4; i++) await post(session.id, `before ${i}`);
+    const first = await readEvents(session.id, { until: (e) => e.length === 3 });
+    expect(first.map((f) => Number(f.id))).toEqual([1, 2, 3]);
+    // The server ends its reader when the client goes away.
+    await waitForSpan("gateway GET /v1/sessions/:id/events", (s) => s.attributes["tack.session_id"] === session.id);
+
+    for (let i = 1; i <= 3; i++) await post(session.id, `while away ${i}`);
+    const resumed = readEvents(session.id, { lastEventId: first.at(-1)!.id, until: (e) => Number(e.at(-1)!.id) >= 9 });
+    // Give the stream time to catch up, then append live.
+    await new Promise((r) => setTimeout(r, 300));
+    await post(session.id, "live");
+    const second = await resumed;
+    const seqs = [...first, ...second].map((f) => Number(f.id));
+    expect(seqs).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    expect(JSON.parse(second.at(-1)!.data!).userMessage.text).toBe("live");
+  });
+
+  it("events - an idle follow stream sends keepalive comments", async () => {
+    const session = await createSession();
+    const abort = new AbortController();
+    const res = await fetch(`${gateway.url}/v1/sessions/${session.id}/events?from=2`, { headers: { authorization: `Bearer ${KEY_ACME}` }, signal: abort.signal });
+    try {
+      const first = await frames(res).next();
+      expect(first.value).toEqual({ comment: "keepalive" });
+    } finally {
+      abort.abort();
+    }
+  });
+
+  it("tracing - the request span continues an incoming traceparent and parents the bus request", async () => {
+    const traceId = randomBytes(16).toString("hex");
+    const parentId = randomBytes(8).toString("hex");
+    const res = await call("POST", "/v1/sessions", {
+      body: { workspace, model: "scripted:/abs/hello.json" },
+      headers: { traceparent: `00-${traceId}-${parentId}-01` },
+    });
+    expect(res.status).toBe(201);
+    const server = await waitForSpan("gateway POST /v1/sessions", (s) => s.spanContext().traceId === traceId);
+    expect(server.kind).toBe(SpanKind.SERVER);
+    expect(server.parentSpanContext?.spanId).toBe(parentId);
+    expect(server.attributes).toMatchObject({ "http.response.status_code": 201, "tack.tenant": "acme" });
+    const client = await waitForSpan(`request ${bus.names.loopCreate}`, (s) => s.spanContext().traceId === traceId);
+    expect(client.parentSpanContext?.spanId).toBe(server.spanContext().spanId);
+    const handled = await waitForSpan(`handle ${bus.names.loopCreate}`, (s) => s.spanContext().traceId === traceId);
+    expect(handled.parentSpanContext?.spanId).toBe(client.spanContext().spanId);
+  });
+
+  it("errors - with no loop running, create and post answer 503 saying how to start one", async () => {
+    const session = await createSession();
+    await loop.stop();
+    try {
+      const create = await call("POST", "/v1/sessions", { body: { workspace, model: "scripted:/abs/hello.json" } });
+      expect(create.status).toBe(503);
+      expect(create.json.error).toMatchObject({ code: "bus.no_responders", message: "no loop service answers; start Tack with `tack up`" });
+      const message = await call("POST", `/v1/sessions/${session.id}/messages`, { body: { text: "anyone?" } });
+      expect(message.status).toBe(503);
+      expect(message.json.error.code).toBe("bus.no_responders");
+      expect(await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id })).toHaveLength(1);
+    } finally {
+      loop = await FakeLoop.start(NATS_URL, namespace);
+    }
+  });
+
+  it("auth - keys not configured at the next start stop working", async () => {
+    const file = join(dir, "rotation.db");
+    const options = { natsUrl: NATS_URL, namespace, port: 0, sqlitePath: file };
+    const old = await startGateway({ ...options, apiKeys: [{ key: "old-key", tenant: "acme" }] });
+    await old.stop();
+    const rotated = await startGateway({ ...options, apiKeys: [{ key: "new-key", tenant: "acme" }] });
+    try {
+      const get = (key: string) => fetch(`${rotated.url}/v1/sessions`, { headers: { authorization: `Bearer ${key}` } }).then((r) => r.status);
+      expect(await get("old-key")).toBe(401);
+      expect(await get("new-key")).toBe(200);
+    } finally {
+      await rotated.stop();
+    }
+  });
+
+  it("stop - ends following event streams and closes", async () => {
+    const session = await createSession();
+    const other = await startGateway({ natsUrl: NATS_URL, namespace, port: 0, sqlitePath: join(dir, "index.db"), apiKeys: [{ key: KEY_ACME, tenant: "acme" }] });
+    const res = await fetch(`${other.url}/v1/sessions/${session.id}/events`, { headers: { authorization: `Bearer ${KEY_ACME}` } });
+    const stream = frames(res);
+    expect((await stream.next()).value).toMatchObject({ id: "1", event: "session/created" });
+    const started = Date.now();
+    await other.stop();
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect((await stream.next()).done).toBe(true);
+  });
+
+  it("options - a missing key is refused at start", async () => {
+    await expect(startGateway({ natsUrl: NATS_URL, namespace, port: 0, sqlitePath: ":memory:", apiKeys: [] }))
+      .rejects.toMatchObject({ code: "gateway.bad_options", message: expect.stringContaining("TACK_API_KEY") });
+  });
+});

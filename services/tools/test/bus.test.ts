@@ -1,0 +1,91 @@
+import { randomBytes } from "node:crypto";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Bus, TackError } from "@tack/bus";
+import { CallToolRequest, CallToolResponse, EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { startToolsService, type ToolsService } from "../src/index.js";
+import { LocalSandboxClient } from "./support/local-sandbox.js";
+
+const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+
+let namespace: string;
+let root: string;
+let client: Bus;
+let sandboxResponder: Bus;
+let service: ToolsService;
+
+beforeEach(async () => {
+  namespace = `t${randomBytes(6).toString("hex")}`;
+  root = await mkdtemp(join(tmpdir(), "tack-tools-bus-"));
+  // Test-only stand-in for the sandbox service on its subjects; the real one is tested end to end.
+  sandboxResponder = await Bus.connect({ url: NATS_URL, namespace, name: "test-sandbox" });
+  const local = new LocalSandboxClient(root);
+  const never = new AbortController().signal;
+  sandboxResponder.serve(sandboxResponder.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, async (request) => {
+    await local.ensure(request);
+    return { containerId: `local-${request.sessionId}`, created: local.ensured.length === 1, runtime: "local" };
+  });
+  sandboxResponder.serve(sandboxResponder.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, (request) => local.exec(request, never));
+  service = await startToolsService({ natsUrl: NATS_URL, namespace });
+  client = await Bus.connect({ url: NATS_URL, namespace, name: "test-client" });
+});
+
+afterEach(async () => {
+  await service.stop();
+  await client.close();
+  await sandboxResponder.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+const call = (name: string, args: unknown) =>
+  client.request(
+    client.names.toolsCall,
+    CallToolRequest,
+    { sessionId: "s1", tenant: "t1", callId: "c1", name, arguments: JSON.stringify(args), workspace: root, sandboxMode: "workspace-write" },
+    CallToolResponse,
+  );
+
+describe("bus", () => {
+  it("bus - tools.list returns the standard tools with their JSON Schemas", async () => {
+    const response = await client.request(client.names.toolsList, ListToolsRequest, { mode: "standard" }, ListToolsResponse);
+    expect(response.tools.map((tool) => tool.name)).toEqual(["read", "write", "edit", "glob", "grep", "bash"]);
+    expect(JSON.parse(response.tools[0]!.parametersJson)).toMatchObject({ type: "object", required: ["path"] });
+  });
+
+  it("bus - tools.list with an unknown mode answers tools.unknown_mode", async () => {
+    const error = await client.request(client.names.toolsList, ListToolsRequest, { mode: "nope" }, ListToolsResponse).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TackError);
+    expect(error).toMatchObject({ code: "tools.unknown_mode" });
+  });
+
+  it("bus - tools.call runs write, read and bash through the sandbox subjects", async () => {
+    expect(await call("write", { path: "notes/hello.txt", content: "hello\n" })).toMatchObject({ isError: false, content: "Wrote 6 bytes to notes/hello.txt" });
+    expect(await readFile(join(root, "notes/hello.txt"), "utf8")).toBe("hello\n");
+    expect(await call("read", { path: "notes/hello.txt" })).toMatchObject({ isError: false, content: "     1\thello" });
+    const result = await call("bash", { command: "cat notes/hello.txt; exit 2" });
+    expect(result).toMatchObject({ isError: true, content: "hello\nexit code: 2" });
+    expect(result.durationMs).toBeGreaterThan(0);
+  });
+
+  it("bus - tools.call with an unknown tool answers tools.unknown_tool", async () => {
+    const error = await call("teleport", {}).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TackError);
+    expect(error).toMatchObject({ code: "tools.unknown_tool", message: 'unknown tool "teleport"; available tools: read, write, edit, glob, grep, bash' });
+  });
+
+  it("bus - tools.call without a sandbox service answers bus.no_responders", async () => {
+    await sandboxResponder.close();
+    const error = await call("read", { path: "x" }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: "bus.no_responders", retryable: true });
+  });
+
+  it("bus - stopping the service answers in-flight calls with tools.cancelled", async () => {
+    const pending = call("bash", { command: "sleep 5", timeout_ms: 5000 }).catch((e: unknown) => e);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await service.stop();
+    expect(await pending).toMatchObject({ code: "tools.cancelled", retryable: true });
+    service = await startToolsService({ natsUrl: NATS_URL, namespace });
+  });
+});
