@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
-import { draft, ensureLogStream, FORMAT_VERSION, readAll, SessionLogWriter, timestampMs } from "@tack/log";
+import { draft, FORMAT_VERSION, readAll, SessionLogWriter, timestampMs } from "@tack/log";
 import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse, type Event } from "@tack/proto";
 import { startLoopService } from "@tack/loop-service";
 import { startLlmService } from "@tack/llm-service";

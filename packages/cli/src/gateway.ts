@@ -30,15 +30,16 @@ const NOT_RUNNING = "Tack is not running: start it with `make up` (or `tack up`)
 
 /**
  * Finds the gateway: TACK_GATEWAY_URL with TACK_API_KEY, else the `.tack/up.json` of a
- * running `tack up` (see `findUpState`) with its key file (TACK_API_KEY overrides the file).
+ * running `tack up` in `searchDirs` (see `upStateDirs`) with its key file (TACK_API_KEY
+ * overrides the file).
  */
-export async function resolveGateway(cwd: string, env: NodeJS.ProcessEnv): Promise<GatewayTarget> {
+export async function resolveGateway(env: NodeJS.ProcessEnv, searchDirs: readonly string[]): Promise<GatewayTarget> {
   const envKey = env.TACK_API_KEY?.trim() || undefined;
   if (env.TACK_GATEWAY_URL) {
     if (!envKey) throw new TackError("cli.no_api_key", "TACK_GATEWAY_URL is set but TACK_API_KEY is not; set TACK_API_KEY to the gateway's API key");
     return { url: env.TACK_GATEWAY_URL.replace(/\/+$/, ""), apiKey: envKey };
   }
-  const found = await findUpState(cwd);
+  const found = await findUpState(searchDirs);
   if (!found) throw new TackError("cli.not_running", NOT_RUNNING);
   if (!found.alive) throw new TackError("cli.not_running", `${NOT_RUNNING} (${found.file} is left from pid ${found.state.pid}, which has ended)`);
   if (envKey) return { url: found.state.gatewayUrl, apiKey: envKey };

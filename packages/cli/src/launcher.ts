@@ -63,7 +63,8 @@ export interface Launched {
 
 const STOP_GRACE_MS = 5_000;
 const PROBE_TIMEOUT_MS = 2_000;
-// A bus reply of any kind, even an error, proves that the service subscribed; these codes mean it has not (yet).
+// Any reply, even an error, proves that the service subscribed, and so does a timeout (NATS answers
+// "no responders" at once when nobody has); these codes mean it has not subscribed yet.
 const NOT_LISTENING = new Set(["bus.no_responders", "bus.request_failed", "bus.unreachable"]);
 
 /**
@@ -78,6 +79,8 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
   const logDir = join(dataDir, "logs");
   await mkdir(logDir, { recursive: true, mode: 0o700 });
 
+  const gatewayPort = compiled.gatewayPort ?? (await freePort());
+  const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
   let nats: LocalNats | undefined;
   let natsUrl = options.natsUrl;
   if (!natsUrl) {
@@ -92,8 +95,6 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     await nats?.child.stop(STOP_GRACE_MS);
     throw error;
   }
-  const gatewayPort = compiled.gatewayPort ?? (await freePort());
-  const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     NATS_URL: natsUrl,
@@ -115,7 +116,7 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
   const probe = async (service: ServiceName): Promise<boolean> => {
     if (service === "gateway") {
       try {
-        const response = await fetch(`${gatewayUrl}/healthz`, { headers: { authorization: `Bearer ${apiKey}` }, signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+        const response = await fetch(`${gatewayUrl}/healthz`, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
         await response.body?.cancel();
         return response.ok;
       } catch {
@@ -177,14 +178,14 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     process.off("exit", onProcessExit);
   })());
 
-  progress(`starting ${services.join(", ")}`);
+  if (services.length > 0) progress(`starting ${services.join(", ")}`);
   const waiting = new Set(services);
   try {
     for (const service of services) assertEntryExists(service);
     await Promise.all(services.map(async (service) => {
       await waitReady(service, spawnService(service));
       waiting.delete(service);
-      progress(waiting.size > 0 ? `${service} is up; waiting for ${[...waiting].join(", ")}` : "every service is up");
+      if (waiting.size > 0) progress(`${service} is up; waiting for ${[...waiting].join(", ")}`);
     }));
   } catch (error) {
     await stop();

@@ -89,12 +89,19 @@ export interface FoundUpState {
 }
 
 /**
- * Finds the `.tack/up.json` of a running Tack: in `cwd` or one of its parents (like git finds
- * `.git`), else in the Tack checkout itself, where `make up` writes it. Returns undefined when
- * there is none; a stale file (process gone) is returned with `alive: false`.
+ * Where to look for `.tack/up.json`, in order: `cwd` and its parents (like git finds `.git`),
+ * then the Tack checkout itself, where `make up` writes it.
  */
-export async function findUpState(cwd: string): Promise<FoundUpState | undefined> {
-  for (const dir of [...ancestors(resolve(cwd)), repoRoot]) {
+export function upStateDirs(cwd: string): string[] {
+  return [...ancestors(resolve(cwd)), repoRoot];
+}
+
+/**
+ * Finds the first `<dir>/.tack/up.json` of `dirs`. Returns undefined when there is none; a
+ * stale file (its process is gone) is returned with `alive: false`.
+ */
+export async function findUpState(dirs: readonly string[]): Promise<FoundUpState | undefined> {
+  for (const dir of dirs) {
     const file = join(dir, ".tack", "up.json");
     if (!existsSync(file)) continue;
     let state: UpState;

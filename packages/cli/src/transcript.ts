@@ -19,6 +19,8 @@ export class TranscriptRenderer {
   readonly #streamed = new Set<string>();
   // What the last characters written were, so that the next block starts on a fresh line.
   #open: "none" | "text" | "reasoning" = "none";
+  // The call printed last: a result that does not answer it (parallel calls) gets a header naming its call.
+  #lastCallId = "";
 
   constructor(options: { color: boolean }) {
     this.#color = options.color;
@@ -52,6 +54,7 @@ export class TranscriptRenderer {
       case "userMessage":
         return this.#block(this.#style("bold", `› ${payload.value.text}`));
       case "toolCall":
+        this.#lastCallId = payload.value.callId;
         return this.#block(`${this.#style("cyan", "▶")} ${this.#style("bold", payload.value.name)} ${oneLine(compactJson(payload.value.arguments), LINE_WIDTH)}`);
       case "toolResult": {
         const result = payload.value;
@@ -60,6 +63,8 @@ export class TranscriptRenderer {
         const body = shown.map((line) => `    ${result.isError ? this.#style("red", line) : line}`);
         if (lines.length > RESULT_LINES) body.push(this.#style("dim", `    … ${lines.length - RESULT_LINES} more lines`));
         if (result.synthesized) body.push(this.#style("dim", "    (written by crash recovery, not by the tool)"));
+        if (result.callId !== this.#lastCallId) body.unshift(`${this.#style("cyan", "◀")} ${this.#style("bold", result.name)} ${this.#style("dim", result.callId)}`);
+        this.#lastCallId = "";
         return this.#block(body.join("\n"));
       }
       case "error": {
@@ -94,7 +99,8 @@ export class TranscriptRenderer {
   }
 
   #style(color: Color, text: string): string {
-    return this.#color ? styleText(color, text) : text;
+    // Whether to color is decided once by the caller (TTY, NO_COLOR), not again per stream here.
+    return this.#color ? styleText(color, text, { validateStream: false }) : text;
   }
 }
 

@@ -19,6 +19,20 @@ export interface ErrorBody {
   error: { code: string; message: string; details?: Record<string, string> };
 }
 
+/** Loop refusals that are the caller's to fix, with the status that says so. */
+const LOOP_STATUS: Record<string, number> = {
+  "loop.unknown_mode": 400,
+  "loop.bad_sandbox_mode": 400,
+  "loop.bad_approval_policy": 400,
+  "loop.missing_model": 400,
+  "loop.bad_workspace": 400,
+  "loop.empty_message": 400,
+  "loop.unknown_session": 404,
+  "loop.session_exists": 409,
+  "loop.busy": 409,
+  "loop.session_busy": 409,
+};
+
 /**
  * Maps any failure to an HTTP status and body. Bus failures keep their TackError code so a
  * client can tell "no loop is running" (503) from "the loop is too slow" (504) from "the loop
@@ -36,6 +50,7 @@ export function toHttpError(error: unknown): { status: number; body: ErrorBody }
   } else if (e.code === "bus.unreachable") status = 503;
   else if (e.code === "bus.timeout") status = 504;
   else if (e.code === "internal") status = 500;
+  else if (e.code in LOOP_STATUS) status = LOOP_STATUS[e.code]!;
   else status = 502;
   return { status, body: { error: { code: e.code, message, ...details } } };
 }

@@ -1,12 +1,12 @@
 // `tack down`: stops the `tack up` found through `.tack/up.json`.
 import { TackError } from "@tack/bus";
-import { findUpState, processAlive, removeUpState } from "../state.js";
+import { findUpState, processAlive, removeUpState, upStateDirs } from "../state.js";
 
 const STOP_WAIT_MS = 20_000;
 
 /** Sends SIGTERM to the running `tack up` and waits until it has stopped everything. */
 export async function downCommand(cwd: string): Promise<number> {
-  const found = await findUpState(cwd);
+  const found = await findUpState(upStateDirs(cwd));
   if (!found) {
     process.stdout.write("Tack is not running (no .tack/up.json here or in the Tack checkout)\n");
     return 0;

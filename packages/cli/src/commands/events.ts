@@ -1,13 +1,14 @@
 // `tack events`: a session's events, one line or one JSON object each.
 import type { Command } from "../args.js";
 import { GatewayClient, resolveGateway } from "../gateway.js";
+import { upStateDirs } from "../state.js";
 import { eventLine } from "../transcript.js";
 
 type EventsCommand = Extract<Command, { name: "events" }>;
 
 /** Runs `tack events`; with --follow it runs until Ctrl-C. */
 export async function eventsCommand(command: EventsCommand, cwd: string, env: NodeJS.ProcessEnv): Promise<number> {
-  const client = new GatewayClient(await resolveGateway(cwd, env));
+  const client = new GatewayClient(await resolveGateway(env, upStateDirs(cwd)));
   const abort = new AbortController();
   const onInterrupt = () => abort.abort();
   process.once("SIGINT", onInterrupt);

@@ -4,6 +4,7 @@ import { resolve } from "node:path";
 import { TackError } from "@tack/bus";
 import { DEFAULT_MODEL, usageError, type Command } from "../args.js";
 import { GatewayClient, resolveGateway } from "../gateway.js";
+import { upStateDirs } from "../state.js";
 import { TranscriptRenderer } from "../transcript.js";
 
 type RunCommand = Extract<Command, { name: "run" }>;
@@ -13,7 +14,7 @@ export async function runCommand(command: RunCommand, cwd: string, env: NodeJS.P
   // Arguments are checked before the gateway is looked for, so a typo is reported as such even when Tack is down.
   const model = await resolveModel(command.model ?? DEFAULT_MODEL, cwd);
   const workspace = await resolveWorkspace(command.workspace ?? cwd, cwd);
-  const client = new GatewayClient(await resolveGateway(cwd, env));
+  const client = new GatewayClient(await resolveGateway(env, upStateDirs(cwd)));
   const { id } = await client.createSession({ workspace, model });
   process.stderr.write(`session ${id} · ${model} · ${workspace}\n`);
   const { turn } = await client.postMessage(id, command.task);

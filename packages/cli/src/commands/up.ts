@@ -18,6 +18,8 @@ type UpCommand = Extract<Command, { name: "up" }>;
 export const DEFAULT_GATEWAY_PORT = 7700;
 
 const DEMO_TASK = "Show me around this sandbox: what system is this and who am I? Then write a short note, read it back and search the workspace for the word \"sandbox\".";
+const DEMO_WORKSPACE = "demo-workspace";
+const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
 // The sandbox runs as uid/gid 1000 and refuses a writable workspace it does not own.
 const SANDBOX_UID = 1000;
 
@@ -29,7 +31,8 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
   const envKey = env.TACK_API_KEY?.trim() || undefined;
   const { key: apiKey, file: apiKeyFile } = envKey ? { key: envKey, file: null } : await ensureApiKey(stateDir);
 
-  // Ctrl-C (SIGINT, which also reaches the services) or `tack down` (SIGTERM): stop everything once, whenever it comes.
+  // Ctrl-C (SIGINT, which also reaches the services), `tack down` (SIGTERM) or a closed terminal (SIGHUP):
+  // stop everything once, whenever it comes.
   const stopRequested = new AbortController();
   const onSignal = () => {
     if (stopRequested.signal.aborted) {
@@ -38,8 +41,7 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
     }
     stopRequested.abort();
   };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
 
   const spinner = new Spinner(process.stderr);
   let tack: Launched;
@@ -62,25 +64,30 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
   }
   const upFile = await writeUpState(stateDir, { gatewayUrl: tack.gatewayUrl, apiKeyFile, pid: process.pid, namespace: tack.namespace, natsUrl: tack.natsUrl });
   spinner.done(`Tack is up at ${tack.gatewayUrl}`);
-  const shown = (path: string) => relative(cwd, path) || ".";
+  // Paths under the current directory are shown relative to it; others in full.
+  const shown = (path: string) => {
+    const rel = relative(cwd, path);
+    return rel === "" ? "." : rel.startsWith("..") ? path : rel;
+  };
+  const demo = command.demo && !deepseekKeyConfigured(env);
+  // As root, a workspace root owns is refused by the sandbox; the demo's copy belongs to the sandbox user.
+  const tryWorkspace = demo ? ` --workspace ${shown(join(stateDir, DEMO_WORKSPACE))}` : "";
   process.stdout.write([
     `  gateway  ${tack.gatewayUrl}`,
     `  API key  ${apiKeyFile ? `${shown(apiKeyFile)} (send it as \`Authorization: Bearer <key>\`)` : "from TACK_API_KEY"}`,
     `  NATS     ${tack.natsUrl}${env.NATS_URL ? "" : ` (started here, data in ${shown(join(stateDir, "nats"))})`}`,
     `  logs     ${shown(join(stateDir, "logs"))}/`,
-    `  try      tack run "list the files" --model scripted:${shown(join(examplesDir, "hello.json"))}`,
+    `  try      tack run "list the files" --model scripted:${shown(join(examplesDir, "hello.json"))}${tryWorkspace}`,
     "  stop     Ctrl-C here, or `tack down` in another terminal",
     "",
   ].join("\n"));
 
-  if (command.demo && !stopRequested.signal.aborted) {
-    if (deepseekKeyConfigured(env)) {
-      process.stdout.write("A DeepSeek key is configured, so no scripted demo runs: try `tack run \"explain this repository\"` in a project directory.\n");
-    } else {
-      await runDemo(tack, stateDir, stopRequested.signal).catch((error: unknown) => {
-        process.stderr.write(`✗ the demo failed: ${TackError.from(error).message}\n`);
-      });
-    }
+  if (command.demo && !demo) {
+    process.stdout.write("A DeepSeek key is configured, so no scripted demo runs: try `tack run \"explain this repository\"` in a project directory.\n");
+  } else if (demo && !stopRequested.signal.aborted) {
+    await runDemo(tack, stateDir, stopRequested.signal).catch((error: unknown) => {
+      process.stderr.write(`✗ the demo failed: ${TackError.from(error).message}\n`);
+    });
   }
 
   if (!stopRequested.signal.aborted) await new Promise((resolve) => stopRequested.signal.addEventListener("abort", resolve, { once: true }));
@@ -88,8 +95,7 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
   await tack.stop();
   await removeUpState(upFile);
   spinner.done("Tack stopped");
-  process.off("SIGINT", onSignal);
-  process.off("SIGTERM", onSignal);
+  for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
   return 0;
 }
 
@@ -98,7 +104,7 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
  * `examples/demo.json` on it with the scripted provider, printing the transcript.
  */
 async function runDemo(tack: Launched, stateDir: string, signal: AbortSignal): Promise<void> {
-  const workspace = join(stateDir, "demo-workspace");
+  const workspace = join(stateDir, DEMO_WORKSPACE);
   await rm(workspace, { recursive: true, force: true });
   await cp(join(examplesDir, "demo-workspace"), workspace, { recursive: true });
   if (process.getuid?.() === 0) {
