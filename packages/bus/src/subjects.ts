@@ -5,6 +5,7 @@
 export interface Names {
   readonly namespace: string;
   readonly llmComplete: string;
+  readonly llmCheck: string;
   readonly toolsCall: string;
   readonly toolsList: string;
   readonly sandboxEnsure: string;
@@ -37,6 +38,7 @@ export function names(namespace = "tack"): Names {
   return {
     namespace,
     llmComplete: `${namespace}.llm.complete`,
+    llmCheck: `${namespace}.llm.check`,
     toolsCall: `${namespace}.tools.call`,
     toolsList: `${namespace}.tools.list`,
     sandboxEnsure: `${namespace}.sandbox.ensure`,

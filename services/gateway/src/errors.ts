@@ -19,8 +19,8 @@ export interface ErrorBody {
   error: { code: string; message: string; details?: Record<string, string> };
 }
 
-/** Loop refusals that are the caller's to fix, with the status that says so. */
-const LOOP_STATUS: Record<string, number> = {
+/** Refusals from the loop (and the llm checks it runs) that are the caller's to fix, with the status that says so. */
+const CALLER_ERROR_STATUS: Record<string, number> = {
   "loop.unknown_mode": 400,
   "loop.bad_sandbox_mode": 400,
   "loop.bad_approval_policy": 400,
@@ -31,6 +31,9 @@ const LOOP_STATUS: Record<string, number> = {
   "loop.session_exists": 409,
   "loop.busy": 409,
   "loop.session_busy": 409,
+  "llm.unknown_model": 400,
+  "llm.missing_key": 400,
+  "llm.bad_script": 400,
 };
 
 /**
@@ -50,7 +53,7 @@ export function toHttpError(error: unknown): { status: number; body: ErrorBody }
   } else if (e.code === "bus.unreachable") status = 503;
   else if (e.code === "bus.timeout") status = 504;
   else if (e.code === "internal") status = 500;
-  else if (e.code in LOOP_STATUS) status = LOOP_STATUS[e.code]!;
+  else if (e.code in CALLER_ERROR_STATUS) status = CALLER_ERROR_STATUS[e.code]!;
   else status = 502;
   return { status, body: { error: { code: e.code, message, ...details } } };
 }

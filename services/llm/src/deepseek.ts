@@ -26,8 +26,19 @@ export function deepseekProvider(options: DeepSeekOptions): ProviderEntry {
     form: "deepseek:MODEL",
     create: (model) => (MODEL_NAME.test(model) ? {
       complete: (request, onDelta, signal) => complete(options, model, request, onDelta, signal),
+      check: async () => { requireKey(options); },
     } satisfies Provider : undefined),
   };
+}
+
+function requireKey(options: DeepSeekOptions): string {
+  if (!options.apiKey) {
+    throw new TackError(
+      "llm.missing_key",
+      "no DeepSeek API key: set DEEPSEEK_API_KEY or write ~/.tack/credentials.yaml (chmod 600) with `deepseek:` and an indented `api_key: sk-...`, then restart the llm service",
+    );
+  }
+  return options.apiKey;
 }
 
 async function complete(
@@ -37,13 +48,7 @@ async function complete(
   onDelta: (delta: Delta) => void,
   signal: AbortSignal,
 ): Promise<Completion> {
-  const apiKey = options.apiKey;
-  if (!apiKey) {
-    throw new TackError(
-      "llm.missing_key",
-      "no DeepSeek API key: set DEEPSEEK_API_KEY or write ~/.tack/credentials.yaml (chmod 600) with `deepseek:` and an indented `api_key: sk-...`, then restart the llm service",
-    );
-  }
+  const apiKey = requireKey(options);
   if (signal.aborted) throw cancelled();
   const body = JSON.stringify(requestBody(model, request));
   const idleTimeoutMs = options.idleTimeoutMs ?? 120_000;

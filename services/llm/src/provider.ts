@@ -11,6 +11,8 @@ export interface Provider {
    * resolving with the whole reply; fails with a TackError, `llm.cancelled` once `signal` aborts.
    */
   complete(request: CompleteRequest, onDelta: (delta: Delta) => void, signal: AbortSignal): Promise<Completion>;
+  /** Fails with a TackError saying how to fix it when the model cannot be used now (missing key, bad script). */
+  check(): Promise<void>;
 }
 
 /** One provider kind in the registry: the model-reference form it accepts and how to bind a model. */

@@ -58,7 +58,7 @@ export function scriptedProvider(options: { cwd: string }): ProviderEntry {
           );
         }
         return play(reply, n, request, `scripted:${model}`, onDelta);
-      } } satisfies Provider;
+      }, check: async () => { await load(file); } } satisfies Provider;
     },
   };
 }

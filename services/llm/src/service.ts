@@ -1,6 +1,6 @@
 import { trace } from "@opentelemetry/api";
 import { Bus, inSpan, serveStream, TackError } from "@tack/bus";
-import { CompleteRequest, CompleteStreamMessage, type Delta } from "@tack/proto";
+import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type Delta } from "@tack/proto";
 import { loadCredentials } from "./credentials.js";
 import { DEEPSEEK_BASE_URL, deepseekProvider } from "./deepseek.js";
 import { ProviderRegistry, type Completion } from "./provider.js";
@@ -44,6 +44,12 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
   const inFlight = new Set<Promise<void>>();
   const stopping = new AbortController();
 
+  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async (request) => {
+    const resolved = registry.resolve(request.model);
+    await resolved.provider.check();
+    return { provider: resolved.providerName };
+  });
+
   serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (request, writer) => {
     let index = 0;
     const send = (body: CompleteStreamMessage["body"]) => writer.send({ index: index++, body });
@@ -59,6 +65,9 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
     inFlight.add(run);
     await run.finally(() => inFlight.delete(run));
   });
+
+  // Make sure the server knows our subscriptions before anyone is told we are up.
+  await bus.nc.flush();
 
   return {
     stop: async () => {

@@ -3,7 +3,7 @@ import { hostname } from "node:os";
 import type { Subscription } from "@nats-io/nats-core";
 import { assertToken, Bus, TackError } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION } from "@tack/log";
-import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
 import { Leases } from "./lease.js";
@@ -120,6 +120,14 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     }
     if (!req.model) throw new TackError("loop.missing_model", "no model given; use e.g. deepseek:deepseek-chat or scripted:/path/script.json");
     if (!req.workspace.startsWith("/")) throw new TackError("loop.bad_workspace", `workspace ${JSON.stringify(req.workspace)} must be an absolute path`);
+    // Fail at creation, not at the first step, when the model cannot be used (unknown, no key, bad script).
+    await bus.request(bus.names.llmCheck, CheckModelRequest, { model: req.model }, CheckModelResponse, { timeoutMs: 10_000 }).catch((error: unknown) => {
+      const e = TackError.from(error);
+      if (e.code === "bus.no_responders" || e.code === "bus.timeout") {
+        throw new TackError("loop.llm_unavailable", `no llm service answers (${e.message}); start Tack with \`tack up\``, { retryable: true, cause: e });
+      }
+      throw e;
+    });
     const runtime = await acquire(tenant, sessionId, 0);
     try {
       await runtime.create({ sessionId, tenant, mode, model: req.model, workspace: req.workspace, formatVersion: FORMAT_VERSION, title: req.title }, sandboxMode, approvalPolicy);

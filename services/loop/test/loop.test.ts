@@ -5,10 +5,10 @@ import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Bus, serveStream } from "@tack/bus";
+import { Bus, serveStream, TackError } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
 import {
-  CallToolRequest, CallToolResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, Delta_Kind,
+  CallToolRequest, CallToolResponse, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, Delta_Kind,
   ListToolsRequest, ListToolsResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
 } from "@tack/proto";
 import { Leases, RECOVERY_TEXT, startLoopService, type LoopService } from "@tack/loop-service";
@@ -40,6 +40,10 @@ beforeAll(async () => {
     let index = 0;
     if (reply.content) w.send({ index: index++, body: { $case: "delta", value: { kind: Delta_Kind.KIND_TEXT, text: reply.content, toolIndex: 0, toolCallId: "", toolName: "" } } });
     w.send({ index, body: { $case: "done", value: { content: reply.content ?? "", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted" } } });
+  });
+  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async (req) => {
+    if (!req.model.startsWith("scripted:")) throw new TackError("llm.unknown_model", `unknown model ${req.model}`);
+    return { provider: "scripted" };
   });
   bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ({ tools }));
   bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
@@ -204,6 +208,8 @@ describe("loop", () => {
       .rejects.toThrow(/sandbox mode "yolo" is unknown; use one of: read-only, workspace-write, danger-full-access/);
     await expect(bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "m", workspace: "rel/path" }), CreateSessionResponse))
       .rejects.toThrow(/must be an absolute path/);
+    await expect(bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "nosuch:model", workspace }), CreateSessionResponse))
+      .rejects.toThrow(/unknown model nosuch:model/);
     await expect(submit("nosuchsession", "hi")).rejects.toThrow(/session nosuchsession does not exist/);
     expect(await readAll(bus.nc, bus.names, { tenant: "local", sessionId: "nosuchsession" })).toEqual([]);
   });

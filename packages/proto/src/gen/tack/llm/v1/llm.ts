@@ -55,6 +55,19 @@ export interface CompleteDone {
   model: string;
 }
 
+/**
+ * CheckModelRequest asks whether a model reference can be used right now (`<ns>.llm.check`):
+ * the provider exists, its credentials are configured and, for `scripted:`, the script is valid.
+ */
+export interface CheckModelRequest {
+  model: string;
+}
+
+export interface CheckModelResponse {
+  /** Provider name, e.g. `deepseek`. */
+  provider: string;
+}
+
 function createBaseCompleteRequest(): CompleteRequest {
   return { sessionId: "", model: "", systemPrompt: "", tools: [], messages: [], temperature: 0, maxTokens: 0 };
 }
@@ -529,6 +542,140 @@ export const CompleteDone: MessageFns<CompleteDone> = {
     message.finishReason = object.finishReason ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
     message.model = object.model ?? "";
+    return message;
+  },
+};
+
+function createBaseCheckModelRequest(): CheckModelRequest {
+  return { model: "" };
+}
+
+export const CheckModelRequest: MessageFns<CheckModelRequest> = {
+  encode(message: CheckModelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CheckModelRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCheckModelRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CheckModelRequest {
+    return { model: isSet(object.model) ? globalThis.String(object.model) : "" };
+  },
+
+  toJSON(message: CheckModelRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CheckModelRequest>, I>>(base?: I): CheckModelRequest {
+    return CheckModelRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CheckModelRequest>, I>>(object: I): CheckModelRequest {
+    const message = createBaseCheckModelRequest();
+    message.model = object.model ?? "";
+    return message;
+  },
+};
+
+function createBaseCheckModelResponse(): CheckModelResponse {
+  return { provider: "" };
+}
+
+export const CheckModelResponse: MessageFns<CheckModelResponse> = {
+  encode(message: CheckModelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CheckModelResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCheckModelResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CheckModelResponse {
+    return { provider: isSet(object.provider) ? globalThis.String(object.provider) : "" };
+  },
+
+  toJSON(message: CheckModelResponse): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CheckModelResponse>, I>>(base?: I): CheckModelResponse {
+    return CheckModelResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CheckModelResponse>, I>>(object: I): CheckModelResponse {
+    const message = createBaseCheckModelResponse();
+    message.provider = object.provider ?? "";
     return message;
   },
 };
