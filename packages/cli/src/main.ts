@@ -34,5 +34,11 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+// A reader that went away (`tack events … | head`) is not an error: stop quietly.
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code === "EPIPE") process.exit(0);
+  throw error;
+});
+
 // Exit explicitly: pooled HTTP connections and timers must not keep a finished command alive.
 process.exit(await main(process.argv.slice(2)));
