@@ -103,6 +103,8 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     TACK_GATEWAY_HOST: "127.0.0.1",
     TACK_GATEWAY_PORT: String(gatewayPort),
     TACK_DB: join(dataDir, "tack.db"),
+    // A local run removes its sandbox containers when it stops.
+    TACK_SANDBOX_REMOVE_ON_STOP: "1",
     ...options.env,
   };
 

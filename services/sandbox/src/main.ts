@@ -16,6 +16,9 @@ const options: SandboxServiceOptions = {
   idleTimeoutMs: idle ? Number(idle) : undefined,
 };
 
+// A local `tack up` cleans up after itself; a cluster deployment keeps sessions' containers across restarts.
+const removeOnStop = env.TACK_SANDBOX_REMOVE_ON_STOP === "1";
+
 const log = (level: string, message: string, fields: Record<string, unknown> = {}) =>
   process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, service: "sandbox", message, ...fields })}\n`);
 
@@ -24,8 +27,8 @@ try {
   const { namespace, runtime, image, idleTimeoutMs } = service.options;
   log("info", "sandbox service ready", { namespace, runtime, image, idleTimeoutMs });
   const shutdown = (signal: string) => {
-    log("info", `${signal}: stopping (containers are kept for the next start)`);
-    service.stop().then(
+    log("info", removeOnStop ? `${signal}: stopping and removing this namespace's containers` : `${signal}: stopping (containers are kept for the next start)`);
+    service.stop({ removeContainers: removeOnStop }).then(
       () => process.exit(0),
       (error: unknown) => {
         log("error", `stop failed: ${(error as Error).message}`);
