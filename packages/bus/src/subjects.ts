@@ -13,6 +13,9 @@ export interface Names {
   readonly sandboxRelease: string;
   readonly loopCreate: string;
   readonly loopSubmit: string;
+  readonly loopDecide: string;
+  /** Subject the current owner of a session takes approval decisions on. */
+  loopSessionDecide(sessionId: string): string;
   /** Subject the current owner of a session listens on. */
   loopSessionSubmit(sessionId: string): string;
   /** Log subject of one session. */
@@ -46,6 +49,8 @@ export function names(namespace = "tack"): Names {
     sandboxRelease: `${namespace}.sandbox.release`,
     loopCreate: `${namespace}.loop.create`,
     loopSubmit: `${namespace}.loop.submit`,
+    loopDecide: `${namespace}.loop.decide`,
+    loopSessionDecide: (sessionId) => `${namespace}.loop.session.${sessionId}.decide`,
     loopSessionSubmit: (sessionId) => `${namespace}.loop.session.${sessionId}.submit`,
     logSubject: (tenant, sessionId) => `${namespace}.log.${tenant}.${sessionId}`,
     logSubjects: `${namespace}.log.>`,

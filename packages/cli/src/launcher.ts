@@ -268,7 +268,7 @@ function busProbe(bus: Bus, service: Exclude<ServiceName, "gateway">): Promise<u
     case "tools":
       return bus.request(bus.names.toolsList, ListToolsRequest, { mode: "standard" }, ListToolsResponse, options);
     case "sandbox":
-      return bus.request(bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId: "launcher-probe" }, ReleaseSandboxResponse, options);
+      return bus.request(bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId: "launcher-probe", mode: "" }, ReleaseSandboxResponse, options);
     case "loop":
       return bus.request(bus.names.loopSubmit, SubmitMessageRequest, SubmitMessageRequest.fromPartial({}), SubmitMessageResponse, options);
   }

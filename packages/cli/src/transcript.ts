@@ -153,13 +153,24 @@ export function summarize(event: Event): string {
     }
     case "usage": {
       const u = payload.value.usage;
-      return u ? `${payload.value.model} in ${u.inputMissTokens + u.inputHitTokens} (cache hit ${u.inputHitTokens}) out ${u.outputTokens}` : payload.value.model;
+      const cost = payload.value.costUsd ? ` $${payload.value.costUsd.toFixed(6)}` : "";
+      return u ? `${payload.value.model} in ${u.inputMissTokens + u.inputHitTokens} (cache hit ${u.inputHitTokens}) out ${u.outputTokens}${cost}` : payload.value.model;
     }
     case "error":
       return `${payload.value.code}: ${oneLine(payload.value.message, 160)}`;
     case "recovery": {
       const r = payload.value;
       return `${r.owner} took over from ${r.previousOwner || "(unknown)"}; ${plural(r.interruptedCallIds.length, "interrupted call")}, ${plural(r.unstartedCallIds.length, "unstarted call")}`;
+    }
+    case "approvalAsked": {
+      const a = payload.value;
+      return `${a.toolName} asks ${a.currentMode} → ${a.requestedMode}: ${oneLine(a.operation, 80)} (${oneLine(a.justification, 60)})`;
+    }
+    case "approvalDecided":
+      return `${payload.value.callId} ${payload.value.decision} by ${payload.value.decidedBy}`;
+    case "llmRetry": {
+      const r = payload.value;
+      return `attempt ${r.attempt} failed (${r.code}); retrying in ${r.delayMs} ms`;
     }
   }
 }

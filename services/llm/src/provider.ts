@@ -1,8 +1,8 @@
 import { TackError } from "@tack/bus";
 import type { CompleteDone, CompleteRequest, Delta } from "@tack/proto";
 
-/** What a provider returns: exactly the message that ends a reply stream. */
-export type Completion = CompleteDone;
+/** What a provider returns: the message that ends a reply stream, before the service prices it. */
+export type Completion = Omit<CompleteDone, "costUsd" | "priceWindow">;
 
 /** A model provider bound to one model: turns one request into one streamed reply. */
 export interface Provider {

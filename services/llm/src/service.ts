@@ -56,7 +56,8 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
     const run = (async () => {
       try {
         const done = await completeInSpan(registry, request, (delta) => send({ $case: "delta", value: delta }), stopping.signal);
-        send({ $case: "done", value: done });
+        // Pricing is added by the price table (issue 4); until then calls are unpriced.
+        send({ $case: "done", value: { ...done, costUsd: 0, priceWindow: "" } });
       } catch (error) {
         // Errors travel inside the stream so that `index` stays gapless up to the last message.
         send({ $case: "error", value: TackError.from(error).toBusError() });

@@ -268,7 +268,7 @@ export class SessionRuntime {
       draft("assistantMessage", {
         turn, step, content: done.content, reasoningContent: done.reasoningContent, toolCalls: done.toolCalls, finishReason: done.finishReason,
       }, SOURCE, { kind: Surface_Kind.KIND_APPEND, replaceFromSeq: 0, replaceToSeq: 0, sourceSeqs: [], origin: "model" }),
-      draft("usage", { turn, step, model: done.model || request.model, usage: done.usage }, SOURCE),
+      draft("usage", { turn, step, model: done.model || request.model, usage: done.usage, costUsd: done.costUsd, priceWindow: done.priceWindow }, SOURCE),
     );
     if (done.toolCalls.length === 0) {
       await this.append(draft("stepEnd", { turn, step, toolCalls: 0 }, SOURCE));

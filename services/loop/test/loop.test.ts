@@ -39,7 +39,7 @@ beforeAll(async () => {
     const toolCalls: ToolCall[] = (reply.calls ?? []).map((c, i) => ({ id: `call_${n}_${i}`, name: c.name, arguments: JSON.stringify(c.args) }));
     let index = 0;
     if (reply.content) w.send({ index: index++, body: { $case: "delta", value: { kind: Delta_Kind.KIND_TEXT, text: reply.content, toolIndex: 0, toolCallId: "", toolName: "" } } });
-    w.send({ index, body: { $case: "done", value: { content: reply.content ?? "", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted" } } });
+    w.send({ index, body: { $case: "done", value: { content: reply.content ?? "", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: 0, priceWindow: "" } } });
   });
   bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async (req) => {
     if (!req.model.startsWith("scripted:")) throw new TackError("llm.unknown_model", `unknown model ${req.model}`);

@@ -75,13 +75,14 @@ export class Harness {
       timeoutMs: options.timeoutMs ?? 0,
       maxOutputBytes: options.maxOutputBytes ?? 0,
       stdin: Buffer.from(options.stdin ?? ""),
+      mode: options.mode ?? "",
     };
     const response = await this.bus.request(this.bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs: 120_000 });
     return { ...response, stdout: Buffer.from(response.stdout).toString(), stderr: Buffer.from(response.stderr).toString() };
   }
 
   release(sessionId: string): Promise<ReleaseSandboxResponse> {
-    return this.bus.request(this.bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId }, ReleaseSandboxResponse);
+    return this.bus.request(this.bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId, mode: "" }, ReleaseSandboxResponse);
   }
 
   /** The ids of the namespace's containers (running or not), optionally of one session. */

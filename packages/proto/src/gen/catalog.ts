@@ -31,4 +31,7 @@ export const EVENT_CATALOG: readonly EventTypeInfo[] = [
   { type: "usage/report", payloadCase: "usage", modelVisible: false, ignorable: true },
   { type: "error/raised", payloadCase: "error", modelVisible: false, ignorable: false },
   { type: "session/recovered", payloadCase: "recovery", modelVisible: false, ignorable: false },
+  { type: "approval/asked", payloadCase: "approvalAsked", modelVisible: false, ignorable: false },
+  { type: "approval/decided", payloadCase: "approvalDecided", modelVisible: false, ignorable: false },
+  { type: "llm/retry", payloadCase: "llmRetry", modelVisible: false, ignorable: false },
 ];

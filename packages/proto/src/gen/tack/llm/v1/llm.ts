@@ -39,7 +39,20 @@ export interface CompleteStreamMessage {
     | { $case: "delta"; value: Delta }
     | { $case: "done"; value: CompleteDone }
     | { $case: "error"; value: BusError }
+    | { $case: "retry"; value: RetryNotice }
     | undefined;
+}
+
+/**
+ * RetryNotice says the attempt so far failed and the provider call starts again: the receiver
+ * drops the deltas it got since the last notice (or the start).
+ */
+export interface RetryNotice {
+  /** The attempt that failed, 1-based. */
+  attempt: number;
+  code: string;
+  message: string;
+  delayMs: number;
 }
 
 /** CompleteDone ends a reply stream with the whole message and its usage. */
@@ -53,6 +66,10 @@ export interface CompleteDone {
     | undefined;
   /** The provider's model name as it reported it. */
   model: string;
+  /** Cost of this call in US dollars from the configured price table (0 when unpriced). */
+  costUsd: number;
+  /** Which price window applied, e.g. `standard` or `off-peak`. */
+  priceWindow: string;
 }
 
 /**
@@ -266,6 +283,9 @@ export const CompleteStreamMessage: MessageFns<CompleteStreamMessage> = {
       case "error":
         BusError.encode(message.body.value, writer.uint32(34).fork()).join();
         break;
+      case "retry":
+        RetryNotice.encode(message.body.value, writer.uint32(42).fork()).join();
+        break;
     }
     return writer;
   },
@@ -315,6 +335,14 @@ export const CompleteStreamMessage: MessageFns<CompleteStreamMessage> = {
             message.body = { $case: "error", value: BusError.decode(reader, reader.uint32()) };
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.body = { $case: "retry", value: RetryNotice.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -336,6 +364,8 @@ export const CompleteStreamMessage: MessageFns<CompleteStreamMessage> = {
         ? { $case: "done", value: CompleteDone.fromJSON(object.done) }
         : isSet(object.error)
         ? { $case: "error", value: BusError.fromJSON(object.error) }
+        : isSet(object.retry)
+        ? { $case: "retry", value: RetryNotice.fromJSON(object.retry) }
         : undefined,
     };
   },
@@ -351,6 +381,8 @@ export const CompleteStreamMessage: MessageFns<CompleteStreamMessage> = {
       obj.done = CompleteDone.toJSON(message.body.value);
     } else if (message.body?.$case === "error") {
       obj.error = BusError.toJSON(message.body.value);
+    } else if (message.body?.$case === "retry") {
+      obj.retry = RetryNotice.toJSON(message.body.value);
     }
     return obj;
   },
@@ -380,13 +412,149 @@ export const CompleteStreamMessage: MessageFns<CompleteStreamMessage> = {
         }
         break;
       }
+      case "retry": {
+        if (object.body?.value !== undefined && object.body?.value !== null) {
+          message.body = { $case: "retry", value: RetryNotice.fromPartial(object.body.value) };
+        }
+        break;
+      }
     }
     return message;
   },
 };
 
+function createBaseRetryNotice(): RetryNotice {
+  return { attempt: 0, code: "", message: "", delayMs: 0 };
+}
+
+export const RetryNotice: MessageFns<RetryNotice> = {
+  encode(message: RetryNotice, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.attempt !== 0) {
+      writer.uint32(8).uint32(message.attempt);
+    }
+    if (message.code !== "") {
+      writer.uint32(18).string(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(26).string(message.message);
+    }
+    if (message.delayMs !== 0) {
+      writer.uint32(32).uint32(message.delayMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RetryNotice {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRetryNotice();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.attempt = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.delayMs = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RetryNotice {
+    return {
+      attempt: isSet(object.attempt) ? globalThis.Number(object.attempt) : 0,
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      delayMs: isSet(object.delayMs)
+        ? globalThis.Number(object.delayMs)
+        : isSet(object.delay_ms)
+        ? globalThis.Number(object.delay_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: RetryNotice): unknown {
+    const obj: any = {};
+    if (message.attempt !== 0) {
+      obj.attempt = Math.round(message.attempt);
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.delayMs !== 0) {
+      obj.delayMs = Math.round(message.delayMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RetryNotice>, I>>(base?: I): RetryNotice {
+    return RetryNotice.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RetryNotice>, I>>(object: I): RetryNotice {
+    const message = createBaseRetryNotice();
+    message.attempt = object.attempt ?? 0;
+    message.code = object.code ?? "";
+    message.message = object.message ?? "";
+    message.delayMs = object.delayMs ?? 0;
+    return message;
+  },
+};
+
 function createBaseCompleteDone(): CompleteDone {
-  return { content: "", reasoningContent: "", toolCalls: [], finishReason: "", usage: undefined, model: "" };
+  return {
+    content: "",
+    reasoningContent: "",
+    toolCalls: [],
+    finishReason: "",
+    usage: undefined,
+    model: "",
+    costUsd: 0,
+    priceWindow: "",
+  };
 }
 
 export const CompleteDone: MessageFns<CompleteDone> = {
@@ -408,6 +576,12 @@ export const CompleteDone: MessageFns<CompleteDone> = {
     }
     if (message.model !== "") {
       writer.uint32(50).string(message.model);
+    }
+    if (message.costUsd !== 0) {
+      writer.uint32(57).double(message.costUsd);
+    }
+    if (message.priceWindow !== "") {
+      writer.uint32(66).string(message.priceWindow);
     }
     return writer;
   },
@@ -473,6 +647,22 @@ export const CompleteDone: MessageFns<CompleteDone> = {
             message.model = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 57) {
+              break;
+            }
+
+            message.costUsd = reader.double();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.priceWindow = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -505,6 +695,16 @@ export const CompleteDone: MessageFns<CompleteDone> = {
         : "",
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
       model: isSet(object.model) ? globalThis.String(object.model) : "",
+      costUsd: isSet(object.costUsd)
+        ? globalThis.Number(object.costUsd)
+        : isSet(object.cost_usd)
+        ? globalThis.Number(object.cost_usd)
+        : 0,
+      priceWindow: isSet(object.priceWindow)
+        ? globalThis.String(object.priceWindow)
+        : isSet(object.price_window)
+        ? globalThis.String(object.price_window)
+        : "",
     };
   },
 
@@ -528,6 +728,12 @@ export const CompleteDone: MessageFns<CompleteDone> = {
     if (message.model !== "") {
       obj.model = message.model;
     }
+    if (message.costUsd !== 0) {
+      obj.costUsd = floatToJson(message.costUsd);
+    }
+    if (message.priceWindow !== "") {
+      obj.priceWindow = message.priceWindow;
+    }
     return obj;
   },
 
@@ -542,6 +748,8 @@ export const CompleteDone: MessageFns<CompleteDone> = {
     message.finishReason = object.finishReason ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
     message.model = object.model ?? "";
+    message.costUsd = object.costUsd ?? 0;
+    message.priceWindow = object.priceWindow ?? "";
     return message;
   },
 };

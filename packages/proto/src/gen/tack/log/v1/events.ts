@@ -50,6 +50,9 @@ export interface Event {
     | { $case: "usage"; value: UsageReport }
     | { $case: "error"; value: ErrorRaised }
     | { $case: "recovery"; value: RecoveryPerformed }
+    | { $case: "approvalAsked"; value: ApprovalAsked }
+    | { $case: "approvalDecided"; value: ApprovalDecided }
+    | { $case: "llmRetry"; value: LlmRetry }
     | undefined;
 }
 
@@ -306,12 +309,18 @@ export interface ToolResult {
   synthesized: boolean;
 }
 
-/** `usage/report` [log-only, ignorable] — tokens used by one model call. */
+/** `usage/report` [log-only, ignorable] — tokens used by one model call, and what they cost. */
 export interface UsageReport {
   turn: number;
   step: number;
   model: string;
-  usage: Usage | undefined;
+  usage:
+    | Usage
+    | undefined;
+  /** Cost of this call in US dollars from the configured price table (0 when the model has no price). */
+  costUsd: number;
+  /** Which price window applied, e.g. `standard` or `off-peak`. */
+  priceWindow: string;
 }
 
 /** `error/raised` [log-only] — something failed that a person should see. */
@@ -331,6 +340,42 @@ export interface RecoveryPerformed {
   interruptedCallIds: string[];
   /** Tool calls that never started: told they did not run. */
   unstartedCallIds: string[];
+}
+
+/** `approval/asked` [log-only] — a tool call asked to run under a wider sandbox mode; the turn waits for a person. */
+export interface ApprovalAsked {
+  callId: string;
+  toolName: string;
+  /** The exact operation, as shown on the approval card (e.g. the shell command). */
+  operation: string;
+  /** Mode the session runs in. */
+  currentMode: string;
+  /** Mode the call asks for (the narrowest strictly wider one). */
+  requestedMode: string;
+  /** The model's reason, shown to the person deciding. */
+  justification: string;
+  turn: number;
+  step: number;
+}
+
+/** `approval/decided` [log-only] — the outcome of an approval: `allow_once`, `reject`, `cancelled` or `unavailable`. */
+export interface ApprovalDecided {
+  callId: string;
+  decision: string;
+  /** Who decided: an API key's tenant/user, `policy:never`, or `timeout`. */
+  decidedBy: string;
+}
+
+/** `llm/retry` [log-only] — a model call failed in a way worth retrying and will be tried again. */
+export interface LlmRetry {
+  turn: number;
+  step: number;
+  /** The attempt that failed, 1-based. */
+  attempt: number;
+  code: string;
+  message: string;
+  /** Wait before the next attempt. */
+  delayMs: number;
 }
 
 function createBaseEvent(): Event {
@@ -408,6 +453,15 @@ export const Event: MessageFns<Event> = {
         break;
       case "recovery":
         RecoveryPerformed.encode(message.payload.value, writer.uint32(210).fork()).join();
+        break;
+      case "approvalAsked":
+        ApprovalAsked.encode(message.payload.value, writer.uint32(218).fork()).join();
+        break;
+      case "approvalDecided":
+        ApprovalDecided.encode(message.payload.value, writer.uint32(226).fork()).join();
+        break;
+      case "llmRetry":
+        LlmRetry.encode(message.payload.value, writer.uint32(234).fork()).join();
         break;
     }
     return writer;
@@ -610,6 +664,30 @@ export const Event: MessageFns<Event> = {
             message.payload = { $case: "recovery", value: RecoveryPerformed.decode(reader, reader.uint32()) };
             continue;
           }
+          case 27: {
+            if (tag !== 218) {
+              break;
+            }
+
+            message.payload = { $case: "approvalAsked", value: ApprovalAsked.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 28: {
+            if (tag !== 226) {
+              break;
+            }
+
+            message.payload = { $case: "approvalDecided", value: ApprovalDecided.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 29: {
+            if (tag !== 234) {
+              break;
+            }
+
+            message.payload = { $case: "llmRetry", value: LlmRetry.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -692,6 +770,18 @@ export const Event: MessageFns<Event> = {
         ? { $case: "error", value: ErrorRaised.fromJSON(object.error) }
         : isSet(object.recovery)
         ? { $case: "recovery", value: RecoveryPerformed.fromJSON(object.recovery) }
+        : isSet(object.approvalAsked)
+        ? { $case: "approvalAsked", value: ApprovalAsked.fromJSON(object.approvalAsked) }
+        : isSet(object.approval_asked)
+        ? { $case: "approvalAsked", value: ApprovalAsked.fromJSON(object.approval_asked) }
+        : isSet(object.approvalDecided)
+        ? { $case: "approvalDecided", value: ApprovalDecided.fromJSON(object.approvalDecided) }
+        : isSet(object.approval_decided)
+        ? { $case: "approvalDecided", value: ApprovalDecided.fromJSON(object.approval_decided) }
+        : isSet(object.llmRetry)
+        ? { $case: "llmRetry", value: LlmRetry.fromJSON(object.llmRetry) }
+        : isSet(object.llm_retry)
+        ? { $case: "llmRetry", value: LlmRetry.fromJSON(object.llm_retry) }
         : undefined,
     };
   },
@@ -750,6 +840,12 @@ export const Event: MessageFns<Event> = {
       obj.error = ErrorRaised.toJSON(message.payload.value);
     } else if (message.payload?.$case === "recovery") {
       obj.recovery = RecoveryPerformed.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "approvalAsked") {
+      obj.approvalAsked = ApprovalAsked.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "approvalDecided") {
+      obj.approvalDecided = ApprovalDecided.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "llmRetry") {
+      obj.llmRetry = LlmRetry.toJSON(message.payload.value);
     }
     return obj;
   },
@@ -867,6 +963,24 @@ export const Event: MessageFns<Event> = {
       case "recovery": {
         if (object.payload?.value !== undefined && object.payload?.value !== null) {
           message.payload = { $case: "recovery", value: RecoveryPerformed.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "approvalAsked": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "approvalAsked", value: ApprovalAsked.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "approvalDecided": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "approvalDecided", value: ApprovalDecided.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "llmRetry": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "llmRetry", value: LlmRetry.fromPartial(object.payload.value) };
         }
         break;
       }
@@ -2718,7 +2832,7 @@ export const ToolResult: MessageFns<ToolResult> = {
 };
 
 function createBaseUsageReport(): UsageReport {
-  return { turn: 0, step: 0, model: "", usage: undefined };
+  return { turn: 0, step: 0, model: "", usage: undefined, costUsd: 0, priceWindow: "" };
 }
 
 export const UsageReport: MessageFns<UsageReport> = {
@@ -2734,6 +2848,12 @@ export const UsageReport: MessageFns<UsageReport> = {
     }
     if (message.usage !== undefined) {
       Usage.encode(message.usage, writer.uint32(34).fork()).join();
+    }
+    if (message.costUsd !== 0) {
+      writer.uint32(41).double(message.costUsd);
+    }
+    if (message.priceWindow !== "") {
+      writer.uint32(50).string(message.priceWindow);
     }
     return writer;
   },
@@ -2783,6 +2903,22 @@ export const UsageReport: MessageFns<UsageReport> = {
             message.usage = Usage.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.costUsd = reader.double();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.priceWindow = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2801,6 +2937,16 @@ export const UsageReport: MessageFns<UsageReport> = {
       step: isSet(object.step) ? globalThis.Number(object.step) : 0,
       model: isSet(object.model) ? globalThis.String(object.model) : "",
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+      costUsd: isSet(object.costUsd)
+        ? globalThis.Number(object.costUsd)
+        : isSet(object.cost_usd)
+        ? globalThis.Number(object.cost_usd)
+        : 0,
+      priceWindow: isSet(object.priceWindow)
+        ? globalThis.String(object.priceWindow)
+        : isSet(object.price_window)
+        ? globalThis.String(object.price_window)
+        : "",
     };
   },
 
@@ -2818,6 +2964,12 @@ export const UsageReport: MessageFns<UsageReport> = {
     if (message.usage !== undefined) {
       obj.usage = Usage.toJSON(message.usage);
     }
+    if (message.costUsd !== 0) {
+      obj.costUsd = floatToJson(message.costUsd);
+    }
+    if (message.priceWindow !== "") {
+      obj.priceWindow = message.priceWindow;
+    }
     return obj;
   },
 
@@ -2830,6 +2982,8 @@ export const UsageReport: MessageFns<UsageReport> = {
     message.step = object.step ?? 0;
     message.model = object.model ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    message.costUsd = object.costUsd ?? 0;
+    message.priceWindow = object.priceWindow ?? "";
     return message;
   },
 };
@@ -3092,6 +3246,474 @@ export const RecoveryPerformed: MessageFns<RecoveryPerformed> = {
     message.owner = object.owner ?? "";
     message.interruptedCallIds = object.interruptedCallIds?.map((e) => e) || [];
     message.unstartedCallIds = object.unstartedCallIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseApprovalAsked(): ApprovalAsked {
+  return {
+    callId: "",
+    toolName: "",
+    operation: "",
+    currentMode: "",
+    requestedMode: "",
+    justification: "",
+    turn: 0,
+    step: 0,
+  };
+}
+
+export const ApprovalAsked: MessageFns<ApprovalAsked> = {
+  encode(message: ApprovalAsked, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.toolName !== "") {
+      writer.uint32(18).string(message.toolName);
+    }
+    if (message.operation !== "") {
+      writer.uint32(26).string(message.operation);
+    }
+    if (message.currentMode !== "") {
+      writer.uint32(34).string(message.currentMode);
+    }
+    if (message.requestedMode !== "") {
+      writer.uint32(42).string(message.requestedMode);
+    }
+    if (message.justification !== "") {
+      writer.uint32(50).string(message.justification);
+    }
+    if (message.turn !== 0) {
+      writer.uint32(56).uint32(message.turn);
+    }
+    if (message.step !== 0) {
+      writer.uint32(64).uint32(message.step);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ApprovalAsked {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseApprovalAsked();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.toolName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.operation = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.currentMode = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.requestedMode = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.justification = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.turn = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.step = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ApprovalAsked {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      toolName: isSet(object.toolName)
+        ? globalThis.String(object.toolName)
+        : isSet(object.tool_name)
+        ? globalThis.String(object.tool_name)
+        : "",
+      operation: isSet(object.operation) ? globalThis.String(object.operation) : "",
+      currentMode: isSet(object.currentMode)
+        ? globalThis.String(object.currentMode)
+        : isSet(object.current_mode)
+        ? globalThis.String(object.current_mode)
+        : "",
+      requestedMode: isSet(object.requestedMode)
+        ? globalThis.String(object.requestedMode)
+        : isSet(object.requested_mode)
+        ? globalThis.String(object.requested_mode)
+        : "",
+      justification: isSet(object.justification) ? globalThis.String(object.justification) : "",
+      turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
+      step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+    };
+  },
+
+  toJSON(message: ApprovalAsked): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.toolName !== "") {
+      obj.toolName = message.toolName;
+    }
+    if (message.operation !== "") {
+      obj.operation = message.operation;
+    }
+    if (message.currentMode !== "") {
+      obj.currentMode = message.currentMode;
+    }
+    if (message.requestedMode !== "") {
+      obj.requestedMode = message.requestedMode;
+    }
+    if (message.justification !== "") {
+      obj.justification = message.justification;
+    }
+    if (message.turn !== 0) {
+      obj.turn = Math.round(message.turn);
+    }
+    if (message.step !== 0) {
+      obj.step = Math.round(message.step);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ApprovalAsked>, I>>(base?: I): ApprovalAsked {
+    return ApprovalAsked.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ApprovalAsked>, I>>(object: I): ApprovalAsked {
+    const message = createBaseApprovalAsked();
+    message.callId = object.callId ?? "";
+    message.toolName = object.toolName ?? "";
+    message.operation = object.operation ?? "";
+    message.currentMode = object.currentMode ?? "";
+    message.requestedMode = object.requestedMode ?? "";
+    message.justification = object.justification ?? "";
+    message.turn = object.turn ?? 0;
+    message.step = object.step ?? 0;
+    return message;
+  },
+};
+
+function createBaseApprovalDecided(): ApprovalDecided {
+  return { callId: "", decision: "", decidedBy: "" };
+}
+
+export const ApprovalDecided: MessageFns<ApprovalDecided> = {
+  encode(message: ApprovalDecided, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.decision !== "") {
+      writer.uint32(18).string(message.decision);
+    }
+    if (message.decidedBy !== "") {
+      writer.uint32(26).string(message.decidedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ApprovalDecided {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseApprovalDecided();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.decision = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.decidedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ApprovalDecided {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      decision: isSet(object.decision) ? globalThis.String(object.decision) : "",
+      decidedBy: isSet(object.decidedBy)
+        ? globalThis.String(object.decidedBy)
+        : isSet(object.decided_by)
+        ? globalThis.String(object.decided_by)
+        : "",
+    };
+  },
+
+  toJSON(message: ApprovalDecided): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.decision !== "") {
+      obj.decision = message.decision;
+    }
+    if (message.decidedBy !== "") {
+      obj.decidedBy = message.decidedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ApprovalDecided>, I>>(base?: I): ApprovalDecided {
+    return ApprovalDecided.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ApprovalDecided>, I>>(object: I): ApprovalDecided {
+    const message = createBaseApprovalDecided();
+    message.callId = object.callId ?? "";
+    message.decision = object.decision ?? "";
+    message.decidedBy = object.decidedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseLlmRetry(): LlmRetry {
+  return { turn: 0, step: 0, attempt: 0, code: "", message: "", delayMs: 0 };
+}
+
+export const LlmRetry: MessageFns<LlmRetry> = {
+  encode(message: LlmRetry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.turn !== 0) {
+      writer.uint32(8).uint32(message.turn);
+    }
+    if (message.step !== 0) {
+      writer.uint32(16).uint32(message.step);
+    }
+    if (message.attempt !== 0) {
+      writer.uint32(24).uint32(message.attempt);
+    }
+    if (message.code !== "") {
+      writer.uint32(34).string(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(42).string(message.message);
+    }
+    if (message.delayMs !== 0) {
+      writer.uint32(48).uint32(message.delayMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LlmRetry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLlmRetry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.turn = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.step = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.attempt = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.delayMs = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LlmRetry {
+    return {
+      turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
+      step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+      attempt: isSet(object.attempt) ? globalThis.Number(object.attempt) : 0,
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      delayMs: isSet(object.delayMs)
+        ? globalThis.Number(object.delayMs)
+        : isSet(object.delay_ms)
+        ? globalThis.Number(object.delay_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: LlmRetry): unknown {
+    const obj: any = {};
+    if (message.turn !== 0) {
+      obj.turn = Math.round(message.turn);
+    }
+    if (message.step !== 0) {
+      obj.step = Math.round(message.step);
+    }
+    if (message.attempt !== 0) {
+      obj.attempt = Math.round(message.attempt);
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.delayMs !== 0) {
+      obj.delayMs = Math.round(message.delayMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LlmRetry>, I>>(base?: I): LlmRetry {
+    return LlmRetry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LlmRetry>, I>>(object: I): LlmRetry {
+    const message = createBaseLlmRetry();
+    message.turn = object.turn ?? 0;
+    message.step = object.step ?? 0;
+    message.attempt = object.attempt ?? 0;
+    message.code = object.code ?? "";
+    message.message = object.message ?? "";
+    message.delayMs = object.delayMs ?? 0;
     return message;
   },
 };

@@ -46,6 +46,24 @@ export interface SubmitMessageResponse {
   turn: number;
 }
 
+/**
+ * DecideApprovalRequest answers a pending approval. Sent first to the owner's subject
+ * `<ns>.loop.session.<id>.decide`; with no owner, to `<ns>.loop.decide`.
+ */
+export interface DecideApprovalRequest {
+  tenant: string;
+  sessionId: string;
+  callId: string;
+  /** `allow_once` or `reject`. */
+  decision: string;
+  decidedBy: string;
+}
+
+export interface DecideApprovalResponse {
+  /** Seq of the logged approval/decided event. */
+  seq: number;
+}
+
 function createBaseCreateSessionRequest(): CreateSessionRequest {
   return {
     tenant: "",
@@ -523,6 +541,218 @@ export const SubmitMessageResponse: MessageFns<SubmitMessageResponse> = {
     const message = createBaseSubmitMessageResponse();
     message.seq = object.seq ?? 0;
     message.turn = object.turn ?? 0;
+    return message;
+  },
+};
+
+function createBaseDecideApprovalRequest(): DecideApprovalRequest {
+  return { tenant: "", sessionId: "", callId: "", decision: "", decidedBy: "" };
+}
+
+export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
+  encode(message: DecideApprovalRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.callId !== "") {
+      writer.uint32(26).string(message.callId);
+    }
+    if (message.decision !== "") {
+      writer.uint32(34).string(message.decision);
+    }
+    if (message.decidedBy !== "") {
+      writer.uint32(42).string(message.decidedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DecideApprovalRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDecideApprovalRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.decision = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.decidedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DecideApprovalRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      decision: isSet(object.decision) ? globalThis.String(object.decision) : "",
+      decidedBy: isSet(object.decidedBy)
+        ? globalThis.String(object.decidedBy)
+        : isSet(object.decided_by)
+        ? globalThis.String(object.decided_by)
+        : "",
+    };
+  },
+
+  toJSON(message: DecideApprovalRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.decision !== "") {
+      obj.decision = message.decision;
+    }
+    if (message.decidedBy !== "") {
+      obj.decidedBy = message.decidedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DecideApprovalRequest>, I>>(base?: I): DecideApprovalRequest {
+    return DecideApprovalRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DecideApprovalRequest>, I>>(object: I): DecideApprovalRequest {
+    const message = createBaseDecideApprovalRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.callId = object.callId ?? "";
+    message.decision = object.decision ?? "";
+    message.decidedBy = object.decidedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseDecideApprovalResponse(): DecideApprovalResponse {
+  return { seq: 0 };
+}
+
+export const DecideApprovalResponse: MessageFns<DecideApprovalResponse> = {
+  encode(message: DecideApprovalResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).uint64(message.seq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DecideApprovalResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDecideApprovalResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DecideApprovalResponse {
+    return { seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0 };
+  },
+
+  toJSON(message: DecideApprovalResponse): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DecideApprovalResponse>, I>>(base?: I): DecideApprovalResponse {
+    return DecideApprovalResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DecideApprovalResponse>, I>>(object: I): DecideApprovalResponse {
+    const message = createBaseDecideApprovalResponse();
+    message.seq = object.seq ?? 0;
     return message;
   },
 };

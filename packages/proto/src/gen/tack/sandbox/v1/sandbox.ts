@@ -41,6 +41,8 @@ export interface ExecRequest {
   timeoutMs: number;
   /** Each of stdout and stderr is cut after this many bytes; 0 means the service default. */
   maxOutputBytes: number;
+  /** Mode of the container to run in (a session may hold one container per mode); empty = the session's only container. */
+  mode: string;
 }
 
 export interface ExecResponse {
@@ -56,6 +58,8 @@ export interface ExecResponse {
 /** ReleaseSandboxRequest removes the session's container (`<ns>.sandbox.release`). */
 export interface ReleaseSandboxRequest {
   sessionId: string;
+  /** Release only the container of this mode; empty = every container of the session. */
+  mode: string;
 }
 
 export interface ReleaseSandboxResponse {
@@ -289,7 +293,7 @@ export const EnsureSandboxResponse: MessageFns<EnsureSandboxResponse> = {
 };
 
 function createBaseExecRequest(): ExecRequest {
-  return { sessionId: "", argv: [], stdin: Buffer.alloc(0), cwd: "", timeoutMs: 0, maxOutputBytes: 0 };
+  return { sessionId: "", argv: [], stdin: Buffer.alloc(0), cwd: "", timeoutMs: 0, maxOutputBytes: 0, mode: "" };
 }
 
 export const ExecRequest: MessageFns<ExecRequest> = {
@@ -311,6 +315,9 @@ export const ExecRequest: MessageFns<ExecRequest> = {
     }
     if (message.maxOutputBytes !== 0) {
       writer.uint32(48).uint32(message.maxOutputBytes);
+    }
+    if (message.mode !== "") {
+      writer.uint32(58).string(message.mode);
     }
     return writer;
   },
@@ -376,6 +383,14 @@ export const ExecRequest: MessageFns<ExecRequest> = {
             message.maxOutputBytes = reader.uint32();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -408,6 +423,7 @@ export const ExecRequest: MessageFns<ExecRequest> = {
         : isSet(object.max_output_bytes)
         ? globalThis.Number(object.max_output_bytes)
         : 0,
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
     };
   },
 
@@ -431,6 +447,9 @@ export const ExecRequest: MessageFns<ExecRequest> = {
     if (message.maxOutputBytes !== 0) {
       obj.maxOutputBytes = Math.round(message.maxOutputBytes);
     }
+    if (message.mode !== "") {
+      obj.mode = message.mode;
+    }
     return obj;
   },
 
@@ -445,6 +464,7 @@ export const ExecRequest: MessageFns<ExecRequest> = {
     message.cwd = object.cwd ?? "";
     message.timeoutMs = object.timeoutMs ?? 0;
     message.maxOutputBytes = object.maxOutputBytes ?? 0;
+    message.mode = object.mode ?? "";
     return message;
   },
 };
@@ -618,13 +638,16 @@ export const ExecResponse: MessageFns<ExecResponse> = {
 };
 
 function createBaseReleaseSandboxRequest(): ReleaseSandboxRequest {
-  return { sessionId: "" };
+  return { sessionId: "", mode: "" };
 }
 
 export const ReleaseSandboxRequest: MessageFns<ReleaseSandboxRequest> = {
   encode(message: ReleaseSandboxRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.sessionId !== "") {
       writer.uint32(10).string(message.sessionId);
+    }
+    if (message.mode !== "") {
+      writer.uint32(18).string(message.mode);
     }
     return writer;
   },
@@ -650,6 +673,14 @@ export const ReleaseSandboxRequest: MessageFns<ReleaseSandboxRequest> = {
             message.sessionId = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -669,6 +700,7 @@ export const ReleaseSandboxRequest: MessageFns<ReleaseSandboxRequest> = {
         : isSet(object.session_id)
         ? globalThis.String(object.session_id)
         : "",
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
     };
   },
 
@@ -676,6 +708,9 @@ export const ReleaseSandboxRequest: MessageFns<ReleaseSandboxRequest> = {
     const obj: any = {};
     if (message.sessionId !== "") {
       obj.sessionId = message.sessionId;
+    }
+    if (message.mode !== "") {
+      obj.mode = message.mode;
     }
     return obj;
   },
@@ -686,6 +721,7 @@ export const ReleaseSandboxRequest: MessageFns<ReleaseSandboxRequest> = {
   fromPartial<I extends Exact<DeepPartial<ReleaseSandboxRequest>, I>>(object: I): ReleaseSandboxRequest {
     const message = createBaseReleaseSandboxRequest();
     message.sessionId = object.sessionId ?? "";
+    message.mode = object.mode ?? "";
     return message;
   },
 };

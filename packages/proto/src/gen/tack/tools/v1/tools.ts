@@ -31,7 +31,7 @@ export interface CallToolRequest {
   arguments: string;
   /** Host workspace path of the session (the sandbox mounts it at /workspace). */
   workspace: string;
-  /** Sandbox mode in force for this call. */
+  /** Sandbox mode in force for this call: the session's mode, or a wider one approved once. */
   sandboxMode: string;
 }
 
