@@ -320,6 +320,7 @@ export class SessionRuntime {
     let done: CompleteDone | undefined;
     let error: TackError | undefined;
     let flushing: Promise<unknown> = Promise.resolve();
+    let retries: Promise<unknown> = Promise.resolve();
     const flush = () => {
       if (pending.length === 0) return;
       const deltas = pending.splice(0);
@@ -333,11 +334,16 @@ export class SessionRuntime {
       if (body?.$case === "delta") {
         pending.push(body.value);
         if (pending.length >= this.#deps.settings.chunkPack) flush();
+      } else if (body?.$case === "retry") {
+        // The attempt so far is void: its unlogged deltas are dropped and the retry is an event.
+        pending.length = 0;
+        const r = body.value;
+        retries = this.append(draft("llmRetry", { turn, step, attempt: r.attempt, code: r.code, message: r.message, delayMs: r.delayMs }, SOURCE));
       } else if (body?.$case === "done") done = body.value;
       else if (body?.$case === "error") error = TackError.fromBusError(body.value);
     }, (m) => m.body?.$case !== "delta", { idleTimeoutMs: this.#deps.settings.llmIdleTimeoutMs });
     flush();
-    await flushing;
+    await Promise.all([flushing, retries]);
     if (error) throw error;
     if (!done) throw new TackError("llm.empty_reply", "the model reply stream ended without a final message");
     return done;

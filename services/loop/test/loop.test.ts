@@ -21,7 +21,7 @@ const workspace = mkdtempSync(join(tmpdir(), "tack-loop-"));
 let bus: Bus;
 let loops: LoopService[] = [];
 
-type Reply = { content?: string; calls?: Array<{ name: string; args: object }> };
+type Reply = { content?: string; calls?: Array<{ name: string; args: object }>; cutOnce?: boolean };
 let script: Reply[] = [];
 let llmCalls = 0;
 let toolGate: Promise<void> = Promise.resolve();
@@ -38,6 +38,11 @@ beforeAll(async () => {
     const reply = script[n] ?? { content: "done" };
     const toolCalls: ToolCall[] = (reply.calls ?? []).map((c, i) => ({ id: `call_${n}_${i}`, name: c.name, arguments: JSON.stringify(c.args) }));
     let index = 0;
+    if (reply.cutOnce) {
+      // A stream cut after a partial reply: the llm service says it starts again.
+      w.send({ index: index++, body: { $case: "delta", value: { kind: Delta_Kind.KIND_TEXT, text: "half a rep", toolIndex: 0, toolCallId: "", toolName: "" } } });
+      w.send({ index: index++, body: { $case: "retry", value: { attempt: 1, code: "llm.stream_cut", message: "stream ended early", delayMs: 500 } } });
+    }
     if (reply.content) w.send({ index: index++, body: { $case: "delta", value: { kind: Delta_Kind.KIND_TEXT, text: reply.content, toolIndex: 0, toolCallId: "", toolName: "" } } });
     w.send({ index, body: { $case: "done", value: { content: reply.content ?? "", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: 0, priceWindow: "" } } });
   });
@@ -200,6 +205,20 @@ describe("loop", () => {
     expect(header?.payload?.$case === "requestHeader" && header.payload.value.reason).toBe("initial");
     expect(events.at(-1)!.type).toBe("turn/end");
     expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+  });
+
+  it("loop - a retried model call is logged as llm/retry and never leaves a half assistant message", async () => {
+    await startLoop();
+    script = [{ content: "the whole reply", cutOnce: true }];
+    const id = await create();
+    await submit(id, "hi");
+    const events = await waitForTurnEnd(id);
+    const retry = events.find((e) => e.type === "llm/retry");
+    expect(retry?.payload?.$case === "llmRetry" && retry.payload.value).toMatchObject({ attempt: 1, code: "llm.stream_cut", delayMs: 500 });
+    const texts = events.flatMap((e) => (e.payload?.$case === "assistantChunks" ? e.payload.value.deltas.map((d) => d.text) : []));
+    expect(texts).toEqual(["the whole reply"]);
+    const messages = events.flatMap((e) => (e.payload?.$case === "assistantMessage" ? [e.payload.value.content] : []));
+    expect(messages).toEqual(["the whole reply"]);
   });
 
   it("loop - bad requests get specific errors and log nothing", async () => {
