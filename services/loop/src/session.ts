@@ -341,7 +341,7 @@ export class SessionRuntime {
         retries = this.append(draft("llmRetry", { turn, step, attempt: r.attempt, code: r.code, message: r.message, delayMs: r.delayMs }, SOURCE));
       } else if (body?.$case === "done") done = body.value;
       else if (body?.$case === "error") error = TackError.fromBusError(body.value);
-    }, (m) => m.body?.$case !== "delta", { idleTimeoutMs: this.#deps.settings.llmIdleTimeoutMs });
+    }, (m) => m.body?.$case === "done" || m.body?.$case === "error", { idleTimeoutMs: this.#deps.settings.llmIdleTimeoutMs });
     flush();
     await Promise.all([flushing, retries]);
     if (error) throw error;
