@@ -23,6 +23,8 @@ export interface Names {
   readonly logSubjects: string;
   readonly logStream: string;
   readonly leaseBucket: string;
+  /** Object store bucket holding spilled tool results and other large payloads. */
+  readonly spillBucket: string;
 }
 
 const TOKEN = /^[a-z0-9][a-z0-9_-]*$/;
@@ -56,5 +58,6 @@ export function names(namespace = "tack"): Names {
     logSubjects: `${namespace}.log.>`,
     logStream: `${upper}_LOG`,
     leaseBucket: `${upper}_LEASES`,
+    spillBucket: `${upper}_SPILL`,
   };
 }

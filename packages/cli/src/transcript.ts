@@ -168,6 +168,14 @@ export function summarize(event: Event): string {
     }
     case "approvalDecided":
       return `${payload.value.callId} ${payload.value.decision} by ${payload.value.decidedBy}`;
+    case "contextPruned": {
+      const c = payload.value;
+      return `tool results up to seq ${c.upToSeq} cut to head ${c.headChars} + tail ${c.tailChars}: ${plural(c.resultsPruned, "result")}, ${c.charsSaved} chars saved`;
+    }
+    case "contextSummarized": {
+      const c = payload.value;
+      return `seq ${c.fromSeq}-${c.toSeq} replaced by the summary at ${c.summarySeq} (${c.model}${c.costUsd ? `, $${c.costUsd.toFixed(6)}` : ""})`;
+    }
     case "llmRetry": {
       const r = payload.value;
       return `attempt ${r.attempt} failed (${r.code}); retrying in ${r.delayMs} ms`;

@@ -22,9 +22,14 @@ export interface Draft {
   readonly surface?: Surface;
 }
 
-/** Builds a draft of a known payload case; type and ignorable come from the catalog. */
-export function draft<C extends EventPayloadCase>(payloadCase: C, value: PayloadOf<C>, source: string, surface?: Surface): Draft {
-  return { payload: { $case: payloadCase, value } as Payload, source, surface };
+/**
+ * Builds a draft of a known payload case; type and ignorable come from the catalog. Fields
+ * left out of `value` take their protobuf defaults (so adding a field never breaks writers).
+ */
+export function draft<C extends EventPayloadCase>(payloadCase: C, value: Partial<PayloadOf<C>>, source: string, surface?: Surface): Draft {
+  const filled = Event.fromPartial({ payload: { $case: payloadCase, value } as never }).payload;
+  if (!filled) throw new Error(`payload case ${payloadCase} is unknown; run make gen`);
+  return { payload: filled, source, surface };
 }
 
 /** Turns a draft into a full event with its seq and time. */

@@ -34,4 +34,6 @@ export const EVENT_CATALOG: readonly EventTypeInfo[] = [
   { type: "approval/asked", payloadCase: "approvalAsked", modelVisible: false, ignorable: false },
   { type: "approval/decided", payloadCase: "approvalDecided", modelVisible: false, ignorable: false },
   { type: "llm/retry", payloadCase: "llmRetry", modelVisible: false, ignorable: false },
+  { type: "context/pruned", payloadCase: "contextPruned", modelVisible: false, ignorable: false },
+  { type: "context/summarized", payloadCase: "contextSummarized", modelVisible: false, ignorable: false },
 ];

@@ -53,6 +53,8 @@ export interface Event {
     | { $case: "approvalAsked"; value: ApprovalAsked }
     | { $case: "approvalDecided"; value: ApprovalDecided }
     | { $case: "llmRetry"; value: LlmRetry }
+    | { $case: "contextPruned"; value: ContextPruned }
+    | { $case: "contextSummarized"; value: ContextSummarized }
     | undefined;
 }
 
@@ -307,6 +309,10 @@ export interface ToolResult {
   durationMs: number;
   /** True when crash recovery wrote this result instead of the tool. */
   synthesized: boolean;
+  /** Set when the whole result was spilled to the object store: its object name there. `content` is then a preview. */
+  spillObject: string;
+  /** Size in bytes of the whole result (set when spilled). */
+  fullBytes: number;
 }
 
 /** `usage/report` [log-only, ignorable] — tokens used by one model call, and what they cost. */
@@ -376,6 +382,27 @@ export interface LlmRetry {
   message: string;
   /** Wait before the next attempt. */
   delayMs: number;
+}
+
+/** `context/pruned` [log-only] — from here on, tool results up to `up_to_seq` reach the model as head + tail only. */
+export interface ContextPruned {
+  upToSeq: number;
+  headChars: number;
+  tailChars: number;
+  /** How many results were shortened and how many characters that removed from the model's view. */
+  resultsPruned: number;
+  charsSaved: number;
+}
+
+/** `context/summarized` [log-only] — a summary (the user/message at `summary_seq`, surface replace) now stands for the range [from_seq, to_seq]. */
+export interface ContextSummarized {
+  fromSeq: number;
+  toSeq: number;
+  summarySeq: number;
+  /** Model that wrote the summary, and what it used and cost. */
+  model: string;
+  usage: Usage | undefined;
+  costUsd: number;
 }
 
 function createBaseEvent(): Event {
@@ -462,6 +489,12 @@ export const Event: MessageFns<Event> = {
         break;
       case "llmRetry":
         LlmRetry.encode(message.payload.value, writer.uint32(234).fork()).join();
+        break;
+      case "contextPruned":
+        ContextPruned.encode(message.payload.value, writer.uint32(242).fork()).join();
+        break;
+      case "contextSummarized":
+        ContextSummarized.encode(message.payload.value, writer.uint32(250).fork()).join();
         break;
     }
     return writer;
@@ -688,6 +721,22 @@ export const Event: MessageFns<Event> = {
             message.payload = { $case: "llmRetry", value: LlmRetry.decode(reader, reader.uint32()) };
             continue;
           }
+          case 30: {
+            if (tag !== 242) {
+              break;
+            }
+
+            message.payload = { $case: "contextPruned", value: ContextPruned.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 31: {
+            if (tag !== 250) {
+              break;
+            }
+
+            message.payload = { $case: "contextSummarized", value: ContextSummarized.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -782,6 +831,14 @@ export const Event: MessageFns<Event> = {
         ? { $case: "llmRetry", value: LlmRetry.fromJSON(object.llmRetry) }
         : isSet(object.llm_retry)
         ? { $case: "llmRetry", value: LlmRetry.fromJSON(object.llm_retry) }
+        : isSet(object.contextPruned)
+        ? { $case: "contextPruned", value: ContextPruned.fromJSON(object.contextPruned) }
+        : isSet(object.context_pruned)
+        ? { $case: "contextPruned", value: ContextPruned.fromJSON(object.context_pruned) }
+        : isSet(object.contextSummarized)
+        ? { $case: "contextSummarized", value: ContextSummarized.fromJSON(object.contextSummarized) }
+        : isSet(object.context_summarized)
+        ? { $case: "contextSummarized", value: ContextSummarized.fromJSON(object.context_summarized) }
         : undefined,
     };
   },
@@ -846,6 +903,10 @@ export const Event: MessageFns<Event> = {
       obj.approvalDecided = ApprovalDecided.toJSON(message.payload.value);
     } else if (message.payload?.$case === "llmRetry") {
       obj.llmRetry = LlmRetry.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "contextPruned") {
+      obj.contextPruned = ContextPruned.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "contextSummarized") {
+      obj.contextSummarized = ContextSummarized.toJSON(message.payload.value);
     }
     return obj;
   },
@@ -981,6 +1042,18 @@ export const Event: MessageFns<Event> = {
       case "llmRetry": {
         if (object.payload?.value !== undefined && object.payload?.value !== null) {
           message.payload = { $case: "llmRetry", value: LlmRetry.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "contextPruned": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "contextPruned", value: ContextPruned.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "contextSummarized": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "contextSummarized", value: ContextSummarized.fromPartial(object.payload.value) };
         }
         break;
       }
@@ -2671,7 +2744,16 @@ export const ToolCallStarted: MessageFns<ToolCallStarted> = {
 };
 
 function createBaseToolResult(): ToolResult {
-  return { callId: "", name: "", content: "", isError: false, durationMs: 0, synthesized: false };
+  return {
+    callId: "",
+    name: "",
+    content: "",
+    isError: false,
+    durationMs: 0,
+    synthesized: false,
+    spillObject: "",
+    fullBytes: 0,
+  };
 }
 
 export const ToolResult: MessageFns<ToolResult> = {
@@ -2693,6 +2775,12 @@ export const ToolResult: MessageFns<ToolResult> = {
     }
     if (message.synthesized !== false) {
       writer.uint32(48).bool(message.synthesized);
+    }
+    if (message.spillObject !== "") {
+      writer.uint32(58).string(message.spillObject);
+    }
+    if (message.fullBytes !== 0) {
+      writer.uint32(64).uint64(message.fullBytes);
     }
     return writer;
   },
@@ -2758,6 +2846,22 @@ export const ToolResult: MessageFns<ToolResult> = {
             message.synthesized = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.spillObject = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.fullBytes = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2790,6 +2894,16 @@ export const ToolResult: MessageFns<ToolResult> = {
         ? globalThis.Number(object.duration_ms)
         : 0,
       synthesized: isSet(object.synthesized) ? globalThis.Boolean(object.synthesized) : false,
+      spillObject: isSet(object.spillObject)
+        ? globalThis.String(object.spillObject)
+        : isSet(object.spill_object)
+        ? globalThis.String(object.spill_object)
+        : "",
+      fullBytes: isSet(object.fullBytes)
+        ? globalThis.Number(object.fullBytes)
+        : isSet(object.full_bytes)
+        ? globalThis.Number(object.full_bytes)
+        : 0,
     };
   },
 
@@ -2813,6 +2927,12 @@ export const ToolResult: MessageFns<ToolResult> = {
     if (message.synthesized !== false) {
       obj.synthesized = message.synthesized;
     }
+    if (message.spillObject !== "") {
+      obj.spillObject = message.spillObject;
+    }
+    if (message.fullBytes !== 0) {
+      obj.fullBytes = Math.round(message.fullBytes);
+    }
     return obj;
   },
 
@@ -2827,6 +2947,8 @@ export const ToolResult: MessageFns<ToolResult> = {
     message.isError = object.isError ?? false;
     message.durationMs = object.durationMs ?? 0;
     message.synthesized = object.synthesized ?? false;
+    message.spillObject = object.spillObject ?? "";
+    message.fullBytes = object.fullBytes ?? 0;
     return message;
   },
 };
@@ -3714,6 +3836,324 @@ export const LlmRetry: MessageFns<LlmRetry> = {
     message.code = object.code ?? "";
     message.message = object.message ?? "";
     message.delayMs = object.delayMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseContextPruned(): ContextPruned {
+  return { upToSeq: 0, headChars: 0, tailChars: 0, resultsPruned: 0, charsSaved: 0 };
+}
+
+export const ContextPruned: MessageFns<ContextPruned> = {
+  encode(message: ContextPruned, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.upToSeq !== 0) {
+      writer.uint32(8).uint64(message.upToSeq);
+    }
+    if (message.headChars !== 0) {
+      writer.uint32(16).uint32(message.headChars);
+    }
+    if (message.tailChars !== 0) {
+      writer.uint32(24).uint32(message.tailChars);
+    }
+    if (message.resultsPruned !== 0) {
+      writer.uint32(32).uint32(message.resultsPruned);
+    }
+    if (message.charsSaved !== 0) {
+      writer.uint32(40).uint64(message.charsSaved);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ContextPruned {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseContextPruned();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.upToSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.headChars = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.tailChars = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.resultsPruned = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.charsSaved = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ContextPruned {
+    return {
+      upToSeq: isSet(object.upToSeq)
+        ? globalThis.Number(object.upToSeq)
+        : isSet(object.up_to_seq)
+        ? globalThis.Number(object.up_to_seq)
+        : 0,
+      headChars: isSet(object.headChars)
+        ? globalThis.Number(object.headChars)
+        : isSet(object.head_chars)
+        ? globalThis.Number(object.head_chars)
+        : 0,
+      tailChars: isSet(object.tailChars)
+        ? globalThis.Number(object.tailChars)
+        : isSet(object.tail_chars)
+        ? globalThis.Number(object.tail_chars)
+        : 0,
+      resultsPruned: isSet(object.resultsPruned)
+        ? globalThis.Number(object.resultsPruned)
+        : isSet(object.results_pruned)
+        ? globalThis.Number(object.results_pruned)
+        : 0,
+      charsSaved: isSet(object.charsSaved)
+        ? globalThis.Number(object.charsSaved)
+        : isSet(object.chars_saved)
+        ? globalThis.Number(object.chars_saved)
+        : 0,
+    };
+  },
+
+  toJSON(message: ContextPruned): unknown {
+    const obj: any = {};
+    if (message.upToSeq !== 0) {
+      obj.upToSeq = Math.round(message.upToSeq);
+    }
+    if (message.headChars !== 0) {
+      obj.headChars = Math.round(message.headChars);
+    }
+    if (message.tailChars !== 0) {
+      obj.tailChars = Math.round(message.tailChars);
+    }
+    if (message.resultsPruned !== 0) {
+      obj.resultsPruned = Math.round(message.resultsPruned);
+    }
+    if (message.charsSaved !== 0) {
+      obj.charsSaved = Math.round(message.charsSaved);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ContextPruned>, I>>(base?: I): ContextPruned {
+    return ContextPruned.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ContextPruned>, I>>(object: I): ContextPruned {
+    const message = createBaseContextPruned();
+    message.upToSeq = object.upToSeq ?? 0;
+    message.headChars = object.headChars ?? 0;
+    message.tailChars = object.tailChars ?? 0;
+    message.resultsPruned = object.resultsPruned ?? 0;
+    message.charsSaved = object.charsSaved ?? 0;
+    return message;
+  },
+};
+
+function createBaseContextSummarized(): ContextSummarized {
+  return { fromSeq: 0, toSeq: 0, summarySeq: 0, model: "", usage: undefined, costUsd: 0 };
+}
+
+export const ContextSummarized: MessageFns<ContextSummarized> = {
+  encode(message: ContextSummarized, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.fromSeq !== 0) {
+      writer.uint32(8).uint64(message.fromSeq);
+    }
+    if (message.toSeq !== 0) {
+      writer.uint32(16).uint64(message.toSeq);
+    }
+    if (message.summarySeq !== 0) {
+      writer.uint32(24).uint64(message.summarySeq);
+    }
+    if (message.model !== "") {
+      writer.uint32(34).string(message.model);
+    }
+    if (message.usage !== undefined) {
+      Usage.encode(message.usage, writer.uint32(42).fork()).join();
+    }
+    if (message.costUsd !== 0) {
+      writer.uint32(49).double(message.costUsd);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ContextSummarized {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseContextSummarized();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.fromSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.toSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.summarySeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.usage = Usage.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 49) {
+              break;
+            }
+
+            message.costUsd = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ContextSummarized {
+    return {
+      fromSeq: isSet(object.fromSeq)
+        ? globalThis.Number(object.fromSeq)
+        : isSet(object.from_seq)
+        ? globalThis.Number(object.from_seq)
+        : 0,
+      toSeq: isSet(object.toSeq)
+        ? globalThis.Number(object.toSeq)
+        : isSet(object.to_seq)
+        ? globalThis.Number(object.to_seq)
+        : 0,
+      summarySeq: isSet(object.summarySeq)
+        ? globalThis.Number(object.summarySeq)
+        : isSet(object.summary_seq)
+        ? globalThis.Number(object.summary_seq)
+        : 0,
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+      costUsd: isSet(object.costUsd)
+        ? globalThis.Number(object.costUsd)
+        : isSet(object.cost_usd)
+        ? globalThis.Number(object.cost_usd)
+        : 0,
+    };
+  },
+
+  toJSON(message: ContextSummarized): unknown {
+    const obj: any = {};
+    if (message.fromSeq !== 0) {
+      obj.fromSeq = Math.round(message.fromSeq);
+    }
+    if (message.toSeq !== 0) {
+      obj.toSeq = Math.round(message.toSeq);
+    }
+    if (message.summarySeq !== 0) {
+      obj.summarySeq = Math.round(message.summarySeq);
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.usage !== undefined) {
+      obj.usage = Usage.toJSON(message.usage);
+    }
+    if (message.costUsd !== 0) {
+      obj.costUsd = floatToJson(message.costUsd);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ContextSummarized>, I>>(base?: I): ContextSummarized {
+    return ContextSummarized.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ContextSummarized>, I>>(object: I): ContextSummarized {
+    const message = createBaseContextSummarized();
+    message.fromSeq = object.fromSeq ?? 0;
+    message.toSeq = object.toSeq ?? 0;
+    message.summarySeq = object.summarySeq ?? 0;
+    message.model = object.model ?? "";
+    message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    message.costUsd = object.costUsd ?? 0;
     return message;
   },
 };
