@@ -15,6 +15,7 @@ import { startLoopService } from "@tack/loop-service";
 import { startLlmService } from "@tack/llm-service";
 import { startToolsService } from "@tack/tools-service";
 import { startSandboxService } from "@tack/sandbox-service";
+import { benchContext } from "./context.js";
 
 const STEPS = Number(process.env.TACK_BENCH_STEPS ?? 200);
 const APPENDS = Number(process.env.TACK_BENCH_APPENDS ?? 2_000);
@@ -107,6 +108,9 @@ async function main(): Promise<void> {
     }
     const appendPerS = Math.round(APPENDS / ((performance.now() - t0) / 1000));
 
+    process.stderr.write("context: 5-step task, cold then warm cache\n");
+    const context = await benchContext({ natsUrl, namespace });
+
     let commit = "unknown";
     try { commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: root }).toString().trim(); } catch { /* not a checkout */ }
     const result = {
@@ -117,6 +121,7 @@ async function main(): Promise<void> {
       step_overhead_ms: { p50: percentile(overhead, 50), p99: percentile(overhead, 99), definition: "assistant/message of step k → step/start of step k+1 (tool call included)" },
       tool_roundtrip_ms: { p50: percentile(roundtrip, 50), p99: percentile(roundtrip, 99), definition: "tool/call → tool/result for bash `true` in a warm sandbox" },
       log_append_per_s: appendPerS,
+      ...context,
     };
     mkdirSync(join(root, "bench/results"), { recursive: true });
     writeFileSync(join(root, "bench/results/latest.json"), `${JSON.stringify(result, null, 2)}\n`);

@@ -1,0 +1,81 @@
+// Context economy numbers (issue 4): the size of the first request of the standard mode, the
+// prefix-cache hit ratio of a 5-step task under an emulated 64-token-block provider cache, and
+// what that task costs at DeepSeek V4 flash list prices. Runs through the real loop, llm, tools
+// and sandbox services already started by bench/run.ts.
+import { chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Bus } from "@tack/bus";
+import { readAll } from "@tack/log";
+import { priceFor } from "@tack/llm-service";
+import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse, type Usage } from "@tack/proto";
+
+/** A realistic small coding task: read, search, edit, test, answer. */
+const TASK = [
+  { reasoning: "Look at the function first.", content: "Reading the module.", tool_calls: [{ name: "read", arguments: { path: "src/slug.py" } }] },
+  { content: "Checking who calls it.", tool_calls: [{ name: "grep", arguments: { pattern: "slugify", path: "." } }] },
+  { content: "Fixing the separator handling.", tool_calls: [{ name: "edit", arguments: { path: "src/slug.py", old_string: "text.split(' ')", new_string: "text.split()" } }] },
+  { content: "Running the tests.", tool_calls: [{ name: "bash", arguments: { command: "python3 -m unittest discover -s tests -q 2>&1 | tail -3" } }] },
+  { content: "Fixed: `slugify` now splits on any whitespace, so repeated spaces no longer produce empty parts. The tests pass." },
+];
+
+function project(dir: string): void {
+  mkdirSync(join(dir, "src"), { recursive: true });
+  mkdirSync(join(dir, "tests"), { recursive: true });
+  writeFileSync(join(dir, "src/slug.py"), 'def slugify(text):\n    """Lowercase words joined by dashes."""\n    return "-".join(w.lower() for w in text.split(\' \') if w)\n');
+  writeFileSync(join(dir, "tests/test_slug.py"), 'import sys, unittest\nsys.path.insert(0, "src")\nfrom slug import slugify\n\nclass T(unittest.TestCase):\n    def test_spaces(self):\n        self.assertEqual(slugify("Hello   World"), "hello-world")\n');
+  if (process.getuid?.() === 0) {
+    for (const p of ["", "src", "tests", "src/slug.py", "tests/test_slug.py"]) chownSync(join(dir, p), 1000, 1000);
+  }
+}
+
+async function runTask(bus: Bus, model: string, workspace: string, task: string): Promise<Usage[]> {
+  const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: "local", model, workspace }), CreateSessionResponse);
+  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: task }, SubmitMessageResponse);
+  for (;;) {
+    const events = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
+    const end = events.find((e) => e.payload?.$case === "turnEnd");
+    if (end?.payload?.$case === "turnEnd") {
+      if (end.payload.value.reason !== "completed") throw new Error(`context bench task ended with ${end.payload.value.reason}`);
+      return events.flatMap((e) => (e.payload?.$case === "usage" && e.payload.value.usage ? [e.payload.value.usage] : []));
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const ratio = (usages: Usage[]) => {
+  const hit = usages.reduce((s, u) => s + u.inputHitTokens, 0);
+  const all = usages.reduce((s, u) => s + u.inputHitTokens + u.inputMissTokens, 0);
+  return Math.round((hit / all) * 1000) / 1000;
+};
+
+/** Runs the 5-step task twice (cold cache, then warm: the harness prefix is already cached) and reports the numbers. */
+export async function benchContext(options: { natsUrl: string; namespace: string }): Promise<Record<string, unknown>> {
+  const work = mkdtempSync(join(tmpdir(), "tack-bench-context-"));
+  const bus = await Bus.connect({ url: options.natsUrl, namespace: options.namespace, name: "bench-context" });
+  try {
+    const script = join(work, "task.json");
+    writeFileSync(script, JSON.stringify({ cache: { block_tokens: 64 }, replies: TASK }));
+    const cold = join(work, "cold");
+    const warm = join(work, "warm");
+    project(cold);
+    project(warm);
+    const coldUsage = await runTask(bus, `scripted:${script}`, cold, "slugify breaks on repeated spaces; fix it and run the tests");
+    // Another task text: only the harness prefix (system prompt + tools) is shared with the first run.
+    const warmUsage = await runTask(bus, `scripted:${script}`, warm, "Several spaces between words make slugify misbehave. Please repair it and check with the test suite.");
+    // A fixed off-peak and peak instant make the cost repeatable (DeepSeek prices by time of day).
+    const cost = (at: string) => Math.round(warmUsage.reduce((s, u) => s + priceFor("deepseek:deepseek-v4-flash", u, new Date(at)).costUsd, 0) * 1e6) / 1e6;
+    return {
+      first_request_tokens: coldUsage[0]!.inputMissTokens + coldUsage[0]!.inputHitTokens,
+      first_request_tokens_definition: "standard mode, no skills: system prompt + 6 tool schemas + the task, DeepSeek V3 tokenizer on the DeepSeek request body",
+      cache_hit_ratio: ratio(warmUsage),
+      cache_hit_ratio_cold: ratio(coldUsage),
+      cache_hit_ratio_definition: "hit / all input tokens over the 5 steps, 64-token blocks; `cache_hit_ratio` with the harness prefix already cached by an earlier session (as a provider's shared cache is), `_cold` with an empty cache",
+      cost_per_task_usd: { off_peak: cost("2026-12-02T12:00:00Z"), peak: cost("2026-12-02T02:00:00Z"), model: "deepseek:deepseek-v4-flash" },
+      task_steps: warmUsage.length,
+    };
+  } finally {
+    await bus.close();
+    rmSync(work, { recursive: true, force: true });
+  }
+}
