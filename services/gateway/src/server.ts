@@ -4,6 +4,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import type { Kysely } from "kysely";
 import { Bus, TackError } from "@tack/bus";
 import { logger } from "@tack/telemetry";
+import { decideApproval } from "./approvals.js";
 import { authenticate, hashApiKey } from "./auth.js";
 import { openDatabase, ping, type Database } from "./db.js";
 import { GatewayError, respondWithErrors } from "./errors.js";
@@ -61,6 +62,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       { method: "GET", pattern: "/v1/sessions/:id", handler: getSession(context) },
       { method: "POST", pattern: "/v1/sessions/:id/messages", handler: submitMessage(context) },
       { method: "GET", pattern: "/v1/sessions/:id/events", handler: streamEvents(context) },
+      { method: "POST", pattern: "/v1/sessions/:id/approvals/:call_id", handler: decideApproval(context) },
     ];
     const interceptors = [traceRequest, respondWithErrors(log), authenticate(index)];
     const chains = new Map(routes.map((r) => [r, compose(interceptors, r.handler)]));

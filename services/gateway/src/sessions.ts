@@ -2,7 +2,7 @@ import { stat } from "node:fs/promises";
 import { isAbsolute, resolve } from "node:path";
 import { JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
 import { z } from "zod";
-import { TackError, type Bus } from "@tack/bus";
+import { TackError, type Bus, type Codec } from "@tack/bus";
 import { CreateSessionRequest, CreateSessionResponse, Event, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
 import { readJson } from "./body.js";
 import { timestamp } from "./db.js";
@@ -114,23 +114,29 @@ export function getSession(context: GatewayContext): Handler {
 }
 
 /**
- * `POST /v1/sessions/:id/messages`: hands the text to the loop replica that owns the session,
- * or, when none does, to any free replica (which claims the session).
+ * Sends a session's request to the loop replica that owns the session (`subjects.owner`), or,
+ * when none does, to any free replica on `subjects.any` (which claims the session).
  */
+export async function requestLoop<Req, Res>(
+  context: GatewayContext, subjects: { owner: string; any: string }, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>,
+): Promise<Res> {
+  const options = { timeoutMs: context.options.loopTimeoutMs };
+  try {
+    return await context.bus.request(subjects.owner, requestCodec, request, responseCodec, options);
+  } catch (error) {
+    if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
+    return context.bus.request(subjects.any, requestCodec, request, responseCodec, options);
+  }
+}
+
+/** `POST /v1/sessions/:id/messages`: hands the text to the session's loop replica (see `requestLoop`). */
 export function submitMessage(context: GatewayContext): Handler {
   return async (exchange) => {
     const row = await requireSession(context, exchange);
     const { text } = await readJson(exchange.req, SubmitMessageBody);
-    const { bus } = context;
+    const { names } = context.bus;
     const request = SubmitMessageRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, text });
-    const options = { timeoutMs: context.options.loopTimeoutMs };
-    let response: SubmitMessageResponse;
-    try {
-      response = await bus.request(bus.names.loopSessionSubmit(row.id), SubmitMessageRequest, request, SubmitMessageResponse, options);
-    } catch (error) {
-      if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
-      response = await bus.request(bus.names.loopSubmit, SubmitMessageRequest, request, SubmitMessageResponse, options);
-    }
+    const response = await requestLoop(context, { owner: names.loopSessionSubmit(row.id), any: names.loopSubmit }, SubmitMessageRequest, request, SubmitMessageResponse);
     await context.index.touchSession(row.id);
     sendJson(exchange.res, 202, { seq: response.seq, turn: response.turn });
   };

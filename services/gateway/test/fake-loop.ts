@@ -3,8 +3,10 @@
 // The real loop is covered end to end by the repository's integration tests.
 import { randomBytes } from "node:crypto";
 import { Bus, TackError } from "@tack/bus";
-import { draft, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
-import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { draft, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
+import {
+  CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SubmitMessageRequest, SubmitMessageResponse,
+} from "@tack/proto";
 
 /** A loop that owns sessions in memory; `subjects` records which subject served each call. */
 export class FakeLoop {
@@ -17,7 +19,7 @@ export class FakeLoop {
     this.#bus = bus;
   }
 
-  /** Connects and serves `loop.create` and `loop.submit`. */
+  /** Connects and serves `loop.create`, `loop.submit` and `loop.decide`. */
   static async start(url: string, namespace: string): Promise<FakeLoop> {
     const loop = new FakeLoop(await Bus.connect({ url, namespace, name: "fake-loop" }));
     const { names } = loop.#bus;
@@ -36,8 +38,22 @@ export class FakeLoop {
       await loop.#claim(request.tenant, request.sessionId);
       return loop.#submit(request);
     });
+    loop.#bus.serve(names.loopDecide, "loop", DecideApprovalRequest, DecideApprovalResponse, async (request, context) => {
+      loop.subjects.push(context.subject);
+      await loop.#claim(request.tenant, request.sessionId);
+      return loop.#decide(request);
+    });
     await loop.#bus.nc.flush();
     return loop;
+  }
+
+  /** Logs `approval/asked` for a tool call of a session this loop owns, as a real loop does when it parks the call. */
+  async ask(sessionId: string, callId: string): Promise<void> {
+    const writer = this.#writers.get(sessionId);
+    if (!writer) throw new Error(`session ${sessionId} is not owned by this fake loop`);
+    await writer.append(draft("approvalAsked", {
+      callId, toolName: "bash", operation: "touch x", currentMode: "read-only", requestedMode: "workspace-write", justification: "test", turn: 1, step: 1,
+    }, "loop"));
   }
 
   async #claim(tenant: string, sessionId: string): Promise<SessionLogWriter> {
@@ -47,8 +63,25 @@ export class FakeLoop {
       this.subjects.push(context.subject);
       return this.#submit(request);
     });
+    this.#bus.serve(this.#bus.names.loopSessionDecide(sessionId), "owner", DecideApprovalRequest, DecideApprovalResponse, async (request, context) => {
+      this.subjects.push(context.subject);
+      return this.#decide(request);
+    });
     await this.#bus.nc.flush();
     return writer;
+  }
+
+  /** Like the real loop, finds what is pending in the log, so a decision works on whichever fake loop owns the session now. */
+  async #decide(request: DecideApprovalRequest): Promise<DecideApprovalResponse> {
+    const events = await readAll(this.#bus.nc, this.#bus.names, { tenant: request.tenant, sessionId: request.sessionId });
+    const logged = (type: string) => events.some((e) => e.type === type && (e.payload?.value as { callId?: string }).callId === request.callId);
+    if (!logged("approval/asked") || logged("approval/decided")) {
+      throw new TackError("loop.no_pending_approval", `no approval is pending for call ${JSON.stringify(request.callId)}`);
+    }
+    const [event] = await this.#writers.get(request.sessionId)!.append(draft("approvalDecided", {
+      callId: request.callId, decision: request.decision, decidedBy: request.decidedBy,
+    }, "loop"));
+    return { seq: event!.seq };
   }
 
   async #submit(request: SubmitMessageRequest): Promise<SubmitMessageResponse> {

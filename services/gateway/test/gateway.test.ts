@@ -343,6 +343,65 @@ describe("gateway", () => {
     expect(unknown.status).toBe(404);
   });
 
+  it("approvals - a decision goes to the session's owner and is logged with the caller's tenant as decider", async () => {
+    const session = await createSession({ sandbox_mode: "read-only" });
+    await loop.ask(session.id, "call_0_0");
+    loop.subjects.length = 0;
+    const res = await call("POST", `/v1/sessions/${session.id}/approvals/call_0_0`, { body: { decision: "allow_once" } });
+    expect(res.status, JSON.stringify(res.json)).toBe(200);
+    expect(res.json).toEqual({ seq: 3 });
+    expect(loop.subjects).toEqual([bus.names.loopSessionDecide(session.id)]);
+    const events = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id });
+    expect(events.at(-1)!.payload).toEqual({ $case: "approvalDecided", value: { callId: "call_0_0", decision: "allow_once", decidedBy: "acme" } });
+  });
+
+  it("approvals - with no owner, any loop claims the session and takes the decision", async () => {
+    const session = await createSession({ sandbox_mode: "read-only" });
+    await loop.ask(session.id, "call_0_0");
+    await loop.stop();
+    loop = await FakeLoop.start(NATS_URL, namespace);
+    const res = await call("POST", `/v1/sessions/${session.id}/approvals/call_0_0`, { body: { decision: "reject" } });
+    expect(res.status, JSON.stringify(res.json)).toBe(200);
+    expect(loop.subjects).toEqual([bus.names.loopDecide]);
+    const events = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id });
+    expect(events.at(-1)!.payload).toMatchObject({ value: { decision: "reject", decidedBy: "acme" } });
+  });
+
+  it("approvals - a call with nothing pending is 404, also once it was decided", async () => {
+    const session = await createSession();
+    const unknown = await call("POST", `/v1/sessions/${session.id}/approvals/call_9`, { body: { decision: "allow_once" } });
+    expect(unknown.status).toBe(404);
+    expect(unknown.json.error).toMatchObject({ code: "loop.no_pending_approval", message: 'no approval is pending for call "call_9"' });
+    await loop.ask(session.id, "call_1");
+    expect((await call("POST", `/v1/sessions/${session.id}/approvals/call_1`, { body: { decision: "reject" } })).status).toBe(200);
+    const again = await call("POST", `/v1/sessions/${session.id}/approvals/call_1`, { body: { decision: "allow_once" } });
+    expect(again.status).toBe(404);
+  });
+
+  it("approvals - the body, the key and the tenant are checked before the loop is asked", async () => {
+    const session = await createSession();
+    const other = await createSession({}, KEY_GLOBEX);
+    await loop.ask(session.id, "call_0_0");
+    loop.subjects.length = 0;
+    const path = `/v1/sessions/${session.id}/approvals/call_0_0`;
+    for (const [body, message] of [
+      [{}, "decision: is required: allow_once or reject"],
+      [{ decision: "yes" }, 'decision: must be "allow_once" or "reject", got "yes"'],
+      [{ decision: "reject", by: "me" }, 'Unrecognized key: "by"'],
+    ] as const) {
+      const res = await call("POST", path, { body });
+      expect(res.status).toBe(400);
+      expect(res.json.error.code).toBe("gateway.invalid_request");
+      expect(res.json.error.message).toContain(message);
+    }
+    expect((await call("POST", path, { key: null, body: { decision: "reject" } })).status).toBe(401);
+    const foreign = await call("POST", `/v1/sessions/${other.id}/approvals/call_0_0`, { body: { decision: "reject" } });
+    expect(foreign.status).toBe(404);
+    expect(foreign.json.error.code).toBe("gateway.session_not_found");
+    expect((await call("GET", path)).status).toBe(405);
+    expect(loop.subjects).toEqual([]);
+  });
+
   it("events - follow=0 sends from a seq to the current end and ends", async () => {
     const session = await createSession();
     for (const text of ["one", "two", "three"]) await post(session.id, text);

@@ -3,20 +3,33 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { TackError } from "@tack/bus";
 
-/** API keys the llm service found, and where each came from (never the key itself in logs). */
-export interface Credentials {
-  /** The DeepSeek API key, if any. */
-  readonly deepseekApiKey?: string;
-  /** `env:DEEPSEEK_API_KEY` or the credentials file path; set when `deepseekApiKey` is. */
-  readonly deepseekKeySource?: string;
+/** Providers that take an API key, by their section name in the credentials file. */
+export const KEYED_PROVIDERS = ["deepseek", "openai", "anthropic"] as const;
+
+/** A provider that takes an API key. */
+export type KeyedProvider = (typeof KEYED_PROVIDERS)[number];
+
+/** One API key and where it came from (the source goes in logs, never the key). */
+export interface ApiKey {
+  readonly key: string;
+  /** `env:DEEPSEEK_API_KEY` (and so on) or the credentials file path. */
+  readonly source: string;
 }
+
+/** The API keys the llm service found, by provider. */
+export type Credentials = Readonly<Partial<Record<KeyedProvider, ApiKey>>>;
 
 /** Where to look for credentials; tests override both. */
 export interface CredentialOptions {
-  /** Environment to read `DEEPSEEK_API_KEY` from (default `process.env`). */
+  /** Environment to read `<PROVIDER>_API_KEY` from (default `process.env`). */
   env?: NodeJS.ProcessEnv;
   /** Home directory holding `.tack/credentials.yaml` (default the user's home). */
   home?: string;
+}
+
+/** The environment variable holding a provider's key, e.g. `DEEPSEEK_API_KEY`. */
+export function keyVariable(provider: KeyedProvider): string {
+  return `${provider.toUpperCase()}_API_KEY`;
 }
 
 /** The credentials file under a home directory. */
@@ -25,36 +38,40 @@ export function credentialsPath(home: string = homedir()): string {
 }
 
 /**
- * Loads the DeepSeek key: `DEEPSEEK_API_KEY` wins, else `~/.tack/credentials.yaml`
- * (`deepseek:\n  api_key: sk-...`). Fails with `llm.insecure_credentials` when that file is
- * readable by group or others, even if the environment has a key: a leaked key file is the
- * problem either way.
+ * Loads each provider's key: `<PROVIDER>_API_KEY` wins, else `~/.tack/credentials.yaml`
+ * (`deepseek:\n  api_key: sk-...`, likewise `openai:` and `anthropic:`). Fails with
+ * `llm.insecure_credentials` when that file is readable by group or others, even if the
+ * environment has every key: a leaked key file is the problem either way.
  */
 export async function loadCredentials(options: CredentialOptions = {}): Promise<Credentials> {
   const env = options.env ?? process.env;
   const path = credentialsPath(options.home);
-  let mode: number;
+  let sections = new Map<string, Map<string, string>>();
+  let mode: number | undefined;
   try {
     mode = (await stat(path)).mode;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw unreadable(path, error);
-    return fromEnv(env) ?? {};
   }
-  if ((mode & 0o077) !== 0) {
-    throw new TackError(
-      "llm.insecure_credentials",
-      `${path} is readable by other users (mode ${(mode & 0o777).toString(8)}); restrict it with \`chmod 600 ${path}\``,
-      { details: { path } },
-    );
+  if (mode !== undefined) {
+    if ((mode & 0o077) !== 0) {
+      throw new TackError(
+        "llm.insecure_credentials",
+        `${path} is readable by other users (mode ${(mode & 0o777).toString(8)}); restrict it with \`chmod 600 ${path}\``,
+        { details: { path } },
+      );
+    }
+    sections = parseCredentials(path, await readFile(path, "utf8").catch((error: unknown) => { throw unreadable(path, error); }));
   }
-  const fileKey = parseCredentials(path, await readFile(path, "utf8").catch((error: unknown) => { throw unreadable(path, error); }))
-    .get("deepseek")?.get("api_key");
-  return fromEnv(env) ?? (fileKey ? { deepseekApiKey: fileKey, deepseekKeySource: path } : {});
-}
-
-function fromEnv(env: NodeJS.ProcessEnv): Credentials | undefined {
-  const key = env.DEEPSEEK_API_KEY?.trim();
-  return key ? { deepseekApiKey: key, deepseekKeySource: "env:DEEPSEEK_API_KEY" } : undefined;
+  const credentials: Partial<Record<KeyedProvider, ApiKey>> = {};
+  for (const provider of KEYED_PROVIDERS) {
+    const variable = keyVariable(provider);
+    const fromEnv = env[variable]?.trim();
+    const fromFile = sections.get(provider)?.get("api_key");
+    if (fromEnv) credentials[provider] = { key: fromEnv, source: `env:${variable}` };
+    else if (fromFile) credentials[provider] = { key: fromFile, source: path };
+  }
+  return credentials;
 }
 
 function unreadable(path: string, error: unknown): TackError {

@@ -2,5 +2,12 @@
 export { startLlmService, type LlmService, type LlmServiceOptions } from "./service.js";
 export { ProviderRegistry, type Completion, type Provider, type ProviderEntry, type ResolvedModel } from "./provider.js";
 export { scriptedProvider } from "./scripted.js";
-export { DEEPSEEK_BASE_URL, deepseekProvider, type DeepSeekOptions } from "./deepseek.js";
-export { credentialsPath, loadCredentials, type CredentialOptions, type Credentials } from "./credentials.js";
+export { replayProvider } from "./replay.js";
+export { DEEPSEEK_BASE_URL, deepseekProvider, deepseekRequestBody } from "./deepseek.js";
+export { OPENAI_BASE_URL, openaiProvider } from "./openai.js";
+export { ANTHROPIC_BASE_URL, anthropicProvider, type AnthropicOptions } from "./anthropic.js";
+export type { ChatCompletionsOptions } from "./chat-completions.js";
+export type { RetryOptions } from "./retry.js";
+export { DEFAULT_PRICE_TABLE, loadPriceTable, parsePriceTable, priceFor, type Price, type PriceConfig, type PriceTable } from "./prices.js";
+export { countRequestTokens, countTokens } from "./tokens.js";
+export { credentialsPath, loadCredentials, type ApiKey, type CredentialOptions, type Credentials, type KeyedProvider } from "./credentials.js";

@@ -1,5 +1,5 @@
 // Entry point of the llm service process: `tsx services/llm/src/main.ts`. Reads NATS_URL and
-// TACK_NAMESPACE here; the service itself reads DEEPSEEK_API_KEY and DEEPSEEK_BASE_URL.
+// TACK_NAMESPACE here; the service itself reads the `*_API_KEY` and `*_BASE_URL` variables and TACK_PRICES.
 import { TackError } from "@tack/bus";
 import { initTelemetry } from "@tack/telemetry";
 import { startLlmService } from "./service.js";

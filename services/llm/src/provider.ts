@@ -1,5 +1,5 @@
 import { TackError } from "@tack/bus";
-import type { CompleteDone, CompleteRequest, Delta } from "@tack/proto";
+import type { CompleteDone, CompleteRequest, Delta, ToolSpec } from "@tack/proto";
 
 /** What a provider returns: the message that ends a reply stream, before the service prices it. */
 export type Completion = Omit<CompleteDone, "costUsd" | "priceWindow">;
@@ -61,4 +61,16 @@ export class ProviderRegistry {
 /** The error a provider throws once its abort signal fired. */
 export function cancelled(): TackError {
   return new TackError("llm.cancelled", "the completion was cancelled because the llm service is stopping; retry it", { retryable: true });
+}
+
+/** A tool's JSON Schema as an object for the wire; `parameters_json` that is not JSON is `llm.invalid_request`. */
+export function toolParameters(tool: ToolSpec): unknown {
+  if (tool.parametersJson === "") return { type: "object", properties: {} };
+  try {
+    return JSON.parse(tool.parametersJson);
+  } catch (error) {
+    throw new TackError("llm.invalid_request", `tool ${tool.name} has parameters_json that is not JSON (${(error as Error).message}); fix its schema export`, {
+      details: { tool: tool.name }, cause: error,
+    });
+  }
 }

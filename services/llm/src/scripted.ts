@@ -1,9 +1,10 @@
-import { readFile, stat } from "node:fs/promises";
 import { resolve } from "node:path";
 import { TackError } from "@tack/bus";
-import { CompleteRequest, Delta_Kind, Role, type Delta, type ToolCall } from "@tack/proto";
+import { Role, type ToolCall } from "@tack/proto";
 import { z } from "zod";
-import { cancelled, type Completion, type Provider, type ProviderEntry } from "./provider.js";
+import { fileLoader, playedUsage, playReply } from "./playback.js";
+import { PrefixCache } from "./prefix-cache.js";
+import { cancelled, type Provider, type ProviderEntry } from "./provider.js";
 
 const ReplySchema = z.strictObject({
   content: z.string().optional(),
@@ -11,35 +12,31 @@ const ReplySchema = z.strictObject({
   tool_calls: z.array(z.strictObject({ name: z.string().min(1), arguments: z.record(z.string(), z.unknown(), { error: "expected a JSON object" }) })).optional(),
   finish_reason: z.string().optional(),
 });
-const ScriptSchema = z.strictObject({ replies: z.array(ReplySchema) });
+const ScriptSchema = z.strictObject({
+  // Emulate a provider prefix cache storing prefixes in blocks of this many tokens.
+  cache: z.strictObject({ block_tokens: z.number().int().positive() }).optional(),
+  replies: z.array(ReplySchema),
+});
 
 /** A parsed script file: the replies of a scripted model, in order. */
 type Script = z.infer<typeof ScriptSchema>;
-type Reply = z.infer<typeof ReplySchema>;
 
 /**
  * The `scripted:FILE` provider: replies come from a JSON script, `replies[n]` answering a
  * request that already holds n assistant messages. Choosing by the request alone (not by a
  * counter) keeps it deterministic across restarts and replicas. Relative paths resolve
- * against `cwd`.
+ * against `cwd`. Usage is counted with the DeepSeek tokenizer; a script with `cache` also
+ * splits the input into cache hit and miss like a provider prefix cache, remembering what
+ * this provider instance has seen per script path.
  */
 export function scriptedProvider(options: { cwd: string }): ProviderEntry {
-  // Keyed by path; an entry is reused while the file's mtime is unchanged.
-  const cache = new Map<string, { mtimeMs: number; script: Script }>();
-  const load = async (file: string): Promise<Script> => {
-    let mtimeMs: number;
-    try {
-      mtimeMs = (await stat(file)).mtimeMs;
-    } catch (error) {
-      throw unreadable(file, error);
-    }
-    const cached = cache.get(file);
-    if (cached?.mtimeMs === mtimeMs) return cached.script;
-    const script = parseScript(file, await readFile(file, "utf8").catch((error: unknown) => {
-      throw unreadable(file, error);
-    }));
-    cache.set(file, { mtimeMs, script });
-    return script;
+  const load = fileLoader(parseScript, unreadable);
+  const caches = new Map<string, PrefixCache>();
+  const cacheOf = (file: string, script: Script): PrefixCache | undefined => {
+    if (!script.cache) return undefined;
+    let cache = caches.get(file);
+    if (cache?.blockTokens !== script.cache.block_tokens) caches.set(file, (cache = new PrefixCache(script.cache.block_tokens)));
+    return cache;
   };
   return {
     form: "scripted:FILE",
@@ -57,7 +54,15 @@ export function scriptedProvider(options: { cwd: string }): ProviderEntry {
             { details: { file, replies: String(script.replies.length), assistant_messages: String(n) } },
           );
         }
-        return play(reply, n, request, `scripted:${model}`, onDelta);
+        const toolCalls: ToolCall[] = (reply.tool_calls ?? []).map((call, index) => ({ id: `call_${n}_${index}`, name: call.name, arguments: JSON.stringify(call.arguments) }));
+        const played = { content: reply.content ?? "", reasoningContent: reply.reasoning ?? "", toolCalls };
+        playReply(played, onDelta);
+        return {
+          ...played,
+          finishReason: reply.finish_reason ?? (toolCalls.length > 0 ? "tool_calls" : "stop"),
+          usage: playedUsage(request, played, cacheOf(file, script)),
+          model: `scripted:${model}`,
+        };
       }, check: async () => { await load(file); } } satisfies Provider;
     },
   };
@@ -87,53 +92,7 @@ function unreadable(file: string, error: unknown): TackError {
 function badScript(file: string, problem: string, cause?: unknown): TackError {
   return new TackError(
     "llm.bad_script",
-    `script ${file} is unusable: ${problem}; expected {"replies": [{"content"?, "reasoning"?, "tool_calls"?: [{"name", "arguments": {}}], "finish_reason"?}]}`,
+    `script ${file} is unusable: ${problem}; expected {"cache"?: {"block_tokens"}, "replies": [{"content"?, "reasoning"?, "tool_calls"?: [{"name", "arguments": {}}], "finish_reason"?}]}`,
     { details: { file }, cause },
   );
-}
-
-/** Emits one scripted reply as a few deltas, the way a streaming model would, then returns it. */
-function play(reply: Reply, n: number, request: CompleteRequest, model: string, onDelta: (delta: Delta) => void): Completion {
-  const delta = (kind: Delta_Kind, text: string, tool: { index?: number; id?: string; name?: string } = {}): Delta =>
-    ({ kind, text, toolIndex: tool.index ?? 0, toolCallId: tool.id ?? "", toolName: tool.name ?? "" });
-  const reasoning = reply.reasoning ?? "";
-  const content = reply.content ?? "";
-  for (const piece of pieces(reasoning)) onDelta(delta(Delta_Kind.KIND_REASONING, piece));
-  for (const piece of pieces(content)) onDelta(delta(Delta_Kind.KIND_TEXT, piece));
-  const toolCalls: ToolCall[] = (reply.tool_calls ?? []).map((call, index) => {
-    const id = `call_${n}_${index}`;
-    const args = JSON.stringify(call.arguments);
-    const [first = "", ...rest] = pieces(args);
-    onDelta(delta(Delta_Kind.KIND_TOOL_CALL, first, { index, id, name: call.name }));
-    for (const piece of rest) onDelta(delta(Delta_Kind.KIND_TOOL_CALL, piece, { index }));
-    return { id, name: call.name, arguments: args };
-  });
-  const output = reasoning.length + content.length + toolCalls.reduce((sum, call) => sum + call.name.length + call.arguments.length, 0);
-  return {
-    content,
-    reasoningContent: reasoning,
-    toolCalls,
-    finishReason: reply.finish_reason ?? (toolCalls.length > 0 ? "tool_calls" : "stop"),
-    usage: {
-      inputMissTokens: roughTokens(JSON.stringify(CompleteRequest.toJSON(request)).length),
-      inputHitTokens: 0,
-      outputTokens: roughTokens(output),
-      reasoningTokens: roughTokens(reasoning.length),
-    },
-    model,
-  };
-}
-
-/** Splits text into at most three pieces on code-point boundaries (no piece for empty text). */
-function pieces(text: string): string[] {
-  const points = Array.from(text);
-  const size = Math.max(1, Math.ceil(points.length / 3));
-  const out: string[] = [];
-  for (let i = 0; i < points.length; i += size) out.push(points.slice(i, i + size).join(""));
-  return out;
-}
-
-/** A rough token count (4 characters per token): scripted runs have no tokenizer to ask. */
-function roughTokens(chars: number): number {
-  return Math.ceil(chars / 4);
 }

@@ -1,9 +1,14 @@
 import { trace } from "@opentelemetry/api";
 import { Bus, inSpan, serveStream, TackError } from "@tack/bus";
-import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type Delta } from "@tack/proto";
+import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice } from "@tack/proto";
+import { ANTHROPIC_BASE_URL, anthropicProvider } from "./anthropic.js";
 import { loadCredentials } from "./credentials.js";
 import { DEEPSEEK_BASE_URL, deepseekProvider } from "./deepseek.js";
-import { ProviderRegistry, type Completion } from "./provider.js";
+import { OPENAI_BASE_URL, openaiProvider } from "./openai.js";
+import { loadPriceTable, priceFor, type PriceTable } from "./prices.js";
+import { ProviderRegistry } from "./provider.js";
+import { replayProvider } from "./replay.js";
+import { compileRetryPolicy, withRetries, type RetryOptions, type RetryPolicy } from "./retry.js";
 import { scriptedProvider } from "./scripted.js";
 
 /** How to start the llm service. */
@@ -14,12 +19,20 @@ export interface LlmServiceOptions {
   namespace?: string;
   /** DeepSeek base URL; defaults to env DEEPSEEK_BASE_URL, then https://api.deepseek.com. */
   deepseekBaseUrl?: string;
-  /** Environment for DEEPSEEK_API_KEY and DEEPSEEK_BASE_URL (default `process.env`). */
+  /** OpenAI-compatible base URL; defaults to env OPENAI_BASE_URL, then https://api.openai.com/v1. */
+  openaiBaseUrl?: string;
+  /** Anthropic base URL; defaults to env ANTHROPIC_BASE_URL, then https://api.anthropic.com. */
+  anthropicBaseUrl?: string;
+  /** Environment for the `*_API_KEY`, `*_BASE_URL` and TACK_PRICES variables (default `process.env`). */
   env?: NodeJS.ProcessEnv;
   /** Home directory holding `.tack/credentials.yaml` (default the user's home). */
   home?: string;
-  /** Directory relative `scripted:` paths resolve against (default `process.cwd()`). */
+  /** Directory relative `scripted:` and `replay:` paths resolve against (default `process.cwd()`). */
   cwd?: string;
+  /** Price table JSON file; defaults to env TACK_PRICES, then the built-in table. */
+  pricesPath?: string;
+  /** How failed provider calls are retried (default 5 attempts, 500 ms doubling to 10 s). */
+  retry?: RetryOptions;
 }
 
 /** A running llm service. */
@@ -30,15 +43,22 @@ export interface LlmService {
 
 /**
  * Starts the llm service: serves `<ns>.llm.complete` (queue group `llm`) as a stream of
- * deltas ending in one `done` or `error`. Fails before connecting when the credentials file
- * is readable by others.
+ * deltas ending in one `done` or `error`, retrying retryable provider failures with a
+ * `retry` notice before each new attempt, and `<ns>.llm.check`. Fails before connecting
+ * when the credentials file is readable by others or the price table is invalid.
  */
 export async function startLlmService(options: LlmServiceOptions): Promise<LlmService> {
   const env = options.env ?? process.env;
+  const retry = compileRetryPolicy(options.retry);
   const credentials = await loadCredentials({ env, home: options.home });
+  const prices = await loadPriceTable({ path: options.pricesPath, env });
+  const cwd = options.cwd ?? process.cwd();
   const registry = new ProviderRegistry({
-    scripted: scriptedProvider({ cwd: options.cwd ?? process.cwd() }),
-    deepseek: deepseekProvider({ apiKey: credentials.deepseekApiKey, baseUrl: options.deepseekBaseUrl ?? env.DEEPSEEK_BASE_URL ?? DEEPSEEK_BASE_URL }),
+    scripted: scriptedProvider({ cwd }),
+    replay: replayProvider({ cwd }),
+    deepseek: deepseekProvider({ apiKey: credentials.deepseek?.key, baseUrl: options.deepseekBaseUrl ?? env.DEEPSEEK_BASE_URL ?? DEEPSEEK_BASE_URL }),
+    openai: openaiProvider({ apiKey: credentials.openai?.key, baseUrl: options.openaiBaseUrl ?? env.OPENAI_BASE_URL ?? OPENAI_BASE_URL }),
+    anthropic: anthropicProvider({ apiKey: credentials.anthropic?.key, baseUrl: options.anthropicBaseUrl ?? env.ANTHROPIC_BASE_URL ?? ANTHROPIC_BASE_URL }),
   });
   const bus = await Bus.connect({ url: options.url, namespace: options.namespace, name: "tack-llm" });
   const inFlight = new Set<Promise<void>>();
@@ -55,9 +75,11 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
     const send = (body: CompleteStreamMessage["body"]) => writer.send({ index: index++, body });
     const run = (async () => {
       try {
-        const done = await completeInSpan(registry, request, (delta) => send({ $case: "delta", value: delta }), stopping.signal);
-        // Pricing is added by the price table (issue 4); until then calls are unpriced.
-        send({ $case: "done", value: { ...done, costUsd: 0, priceWindow: "" } });
+        const done = await completeInSpan({ registry, retry, prices }, request, {
+          onDelta: (delta) => send({ $case: "delta", value: delta }),
+          onRetry: (notice) => send({ $case: "retry", value: notice }),
+        }, stopping.signal);
+        send({ $case: "done", value: done });
       } catch (error) {
         // Errors travel inside the stream so that `index` stays gapless up to the last message.
         send({ $case: "error", value: TackError.from(error).toBusError() });
@@ -79,27 +101,42 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
   };
 }
 
-/** Runs one completion inside an `llm.complete` span carrying the model and, at the end, its usage. */
+/**
+ * Runs one completion inside an `llm.complete` span carrying the model and, at the end, the
+ * attempts, usage and cost; each retry is a span event. The cost is priced at the time the
+ * reply finished.
+ */
 async function completeInSpan(
-  registry: ProviderRegistry,
+  service: { registry: ProviderRegistry; retry: RetryPolicy; prices: PriceTable },
   request: CompleteRequest,
-  onDelta: (delta: Delta) => void,
+  listener: { onDelta: (delta: Delta) => void; onRetry: (notice: RetryNotice) => void },
   signal: AbortSignal,
-): Promise<Completion> {
+): Promise<CompleteDone> {
   return inSpan("llm.complete", { "llm.model": request.model, "session.id": request.sessionId }, async () => {
     const span = trace.getActiveSpan();
-    const resolved = registry.resolve(request.model);
+    const resolved = service.registry.resolve(request.model);
     span?.setAttribute("llm.provider", resolved.providerName);
-    const done = await resolved.provider.complete(request, onDelta, signal);
-    const usage = done.usage;
+    let attempts = 0;
+    const done = await withRetries(service.retry, (n) => {
+      attempts = n;
+      return resolved.provider.complete(request, listener.onDelta, signal);
+    }, (notice) => {
+      span?.addEvent("llm.retry", { "llm.attempt": notice.attempt, "error.code": notice.code, "llm.retry_delay_ms": notice.delayMs });
+      listener.onRetry(notice);
+    }, signal);
+    const usage = done.usage ?? { inputMissTokens: 0, inputHitTokens: 0, outputTokens: 0, reasoningTokens: 0 };
+    const price = priceFor(request.model, usage, new Date(), service.prices);
     span?.setAttributes({
+      "llm.attempts": attempts,
       "llm.response_model": done.model,
       "llm.finish_reason": done.finishReason,
-      "llm.input_miss_tokens": usage?.inputMissTokens ?? 0,
-      "llm.input_hit_tokens": usage?.inputHitTokens ?? 0,
-      "llm.output_tokens": usage?.outputTokens ?? 0,
-      "llm.reasoning_tokens": usage?.reasoningTokens ?? 0,
+      "llm.input_miss_tokens": usage.inputMissTokens,
+      "llm.input_hit_tokens": usage.inputHitTokens,
+      "llm.output_tokens": usage.outputTokens,
+      "llm.reasoning_tokens": usage.reasoningTokens,
+      "llm.cost_usd": price.costUsd,
+      "llm.price_window": price.window,
     });
-    return done;
+    return { ...done, usage, costUsd: price.costUsd, priceWindow: price.window };
   });
 }

@@ -29,14 +29,23 @@ describe("credentials", () => {
   it("credentials - the environment key wins over the file", async () => {
     await writeCredentials("deepseek:\n  api_key: sk-from-file\n", 0o600);
     expect(await loadCredentials({ home, env: { DEEPSEEK_API_KEY: "sk-from-env" } })).toEqual({
-      deepseekApiKey: "sk-from-env",
-      deepseekKeySource: "env:DEEPSEEK_API_KEY",
+      deepseek: { key: "sk-from-env", source: "env:DEEPSEEK_API_KEY" },
     });
   });
 
   it("credentials - the file key is used without an environment key", async () => {
     const path = await writeCredentials("# Tack credentials\nother:\n  token: x\n\ndeepseek:\n  api_key: \"sk-from-file\"  # personal key\n", 0o600);
-    expect(await loadCredentials({ home, env: {} })).toEqual({ deepseekApiKey: "sk-from-file", deepseekKeySource: path });
+    expect(await loadCredentials({ home, env: {} })).toEqual({ deepseek: { key: "sk-from-file", source: path } });
+  });
+
+  it("credentials - each provider has its own variable and section", async () => {
+    const path = await writeCredentials("deepseek:\n  api_key: sk-ds\nopenai:\n  api_key: sk-oa-file\nanthropic:\n  api_key: sk-ant-file\n", 0o600);
+    expect(await loadCredentials({ home, env: { OPENAI_API_KEY: "sk-oa-env" } })).toEqual({
+      deepseek: { key: "sk-ds", source: path },
+      openai: { key: "sk-oa-env", source: "env:OPENAI_API_KEY" },
+      anthropic: { key: "sk-ant-file", source: path },
+    });
+    expect(await loadCredentials({ home, env: { ANTHROPIC_API_KEY: " sk-ant-env " } })).toMatchObject({ anthropic: { key: "sk-ant-env", source: "env:ANTHROPIC_API_KEY" } });
   });
 
   it("credentials - nothing configured gives no key", async () => {

@@ -1,37 +1,11 @@
-import { TackError } from "@tack/bus";
-import { Delta_Kind, Role, type CompleteRequest, type Delta } from "@tack/proto";
+import { Delta_Kind } from "@tack/proto";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { deepseekProvider, type DeepSeekOptions } from "../src/deepseek.js";
-import type { Completion } from "../src/provider.js";
+import type { ChatCompletionsOptions } from "../src/chat-completions.js";
+import { deepseekProvider } from "../src/deepseek.js";
+import { conversation as request, runProvider } from "./conversation.js";
 import { startFixtureServer, type FixtureServer } from "./fixture-server.js";
 
 const KEY = "sk-test-0123456789abcdef";
-
-const request: CompleteRequest = {
-  sessionId: "s1",
-  model: "deepseek:deepseek-chat",
-  systemPrompt: "You are Tack.",
-  tools: [{
-    name: "read_file",
-    description: "Read a file.",
-    parametersJson: '{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}',
-  }],
-  messages: [
-    { role: Role.ROLE_USER, content: "What is in README.md?", reasoningContent: "", toolCalls: [], toolCallId: "" },
-    {
-      role: Role.ROLE_ASSISTANT,
-      content: "",
-      reasoningContent: "I should read it.",
-      toolCalls: [{ id: "call_00_abc", name: "read_file", arguments: '{"path":"README.md"}' }],
-      toolCallId: "",
-    },
-    { role: Role.ROLE_TOOL, content: "# Tack", reasoningContent: "", toolCalls: [], toolCallId: "call_00_abc" },
-    { role: Role.ROLE_ASSISTANT, content: "It is a harness.", reasoningContent: "Summarize.", toolCalls: [], toolCallId: "" },
-    { role: Role.ROLE_USER, content: "Add two and three.", reasoningContent: "", toolCalls: [], toolCallId: "" },
-  ],
-  temperature: 0.2,
-  maxTokens: 4096,
-};
 
 let server: FixtureServer;
 beforeAll(async () => {
@@ -42,24 +16,13 @@ beforeEach(() => {
   server.requests.length = 0;
 });
 
-async function run(
-  model: string,
-  options: Partial<DeepSeekOptions> = {},
-  signal = new AbortController().signal,
-): Promise<{ deltas: Delta[]; result?: Completion; error?: TackError }> {
-  const provider = deepseekProvider({ apiKey: KEY, baseUrl: server.baseUrl, ...options }).create(model)!;
-  const deltas: Delta[] = [];
-  try {
-    return { deltas, result: await provider.complete({ ...request, model: `deepseek:${model}` }, (delta) => deltas.push(delta), signal) };
-  } catch (error) {
-    expect(error).toBeInstanceOf(TackError);
-    return { deltas, error: error as TackError };
-  }
+function run(model: string, options: Partial<ChatCompletionsOptions> = {}): ReturnType<typeof runProvider> {
+  return runProvider(deepseekProvider({ apiKey: KEY, baseUrl: server.baseUrl, ...options }), model, { ...request, model: `deepseek:${model}` });
 }
 
 describe("deepseek", () => {
   it("deepseek - sends system prompt, history, tools and stream options; reasoning only with tool calls", async () => {
-    server.respondWith({ file: "reasoning.sse" });
+    server.respondWith({ file: "deepseek/reasoning.sse" });
     await run("deepseek-reasoner");
     expect(server.requests).toHaveLength(1);
     const [received] = server.requests;
@@ -97,7 +60,7 @@ describe("deepseek", () => {
   });
 
   it("deepseek - streams reasoning then content and reads cache usage", async () => {
-    server.respondWith({ file: "reasoning.sse" });
+    server.respondWith({ file: "deepseek/reasoning.sse" });
     const { deltas, result, error } = await run("deepseek-reasoner");
     expect(error).toBeUndefined();
     expect(deltas.map((d) => [d.kind, d.text])).toEqual([
@@ -121,7 +84,7 @@ describe("deepseek", () => {
   });
 
   it("deepseek - assembles tool calls split across chunks", async () => {
-    server.respondWith({ file: "tool-calls.sse" });
+    server.respondWith({ file: "deepseek/tool-calls.sse" });
     const { deltas, result, error } = await run("deepseek-chat");
     expect(error).toBeUndefined();
     expect(result).toEqual({
@@ -150,7 +113,7 @@ describe("deepseek", () => {
   });
 
   it("deepseek - 429 is retryable rate limiting and keeps retry-after", async () => {
-    server.respondWith({ file: "rate-limited.json", status: 429, headers: { "retry-after": "7" } });
+    server.respondWith({ file: "deepseek/rate-limited.json", status: 429, headers: { "retry-after": "7" } });
     const { error } = await run("deepseek-chat");
     expect(error?.code).toBe("llm.rate_limited");
     expect(error?.retryable).toBe(true);
@@ -159,7 +122,7 @@ describe("deepseek", () => {
   });
 
   it("deepseek - 500 is a retryable server error", async () => {
-    server.respondWith({ file: "server-error.json", status: 500 });
+    server.respondWith({ file: "deepseek/server-error.json", status: 500 });
     const { error } = await run("deepseek-chat");
     expect(error?.code).toBe("llm.server_error");
     expect(error?.retryable).toBe(true);
@@ -167,7 +130,7 @@ describe("deepseek", () => {
   });
 
   it("deepseek - 401 names DEEPSEEK_API_KEY and never echoes a key", async () => {
-    server.respondWith({ file: "auth.json", status: 401 });
+    server.respondWith({ file: "deepseek/auth.json", status: 401 });
     const { error } = await run("deepseek-chat");
     expect(error?.code).toBe("llm.auth");
     expect(error?.retryable).toBe(false);
@@ -177,21 +140,21 @@ describe("deepseek", () => {
   });
 
   it("deepseek - 400 Model Not Exist is an unknown model", async () => {
-    server.respondWith({ file: "model-not-exist.json", status: 400 });
+    server.respondWith({ file: "deepseek/model-not-exist.json", status: 400 });
     const { error } = await run("deepseek-chatt");
     expect(error?.code).toBe("llm.unknown_model");
     expect(error?.message).toContain('"deepseek-chatt"');
   });
 
   it("deepseek - other 4xx is a bad request", async () => {
-    server.respondWith({ file: "model-not-exist.json", status: 422 });
+    server.respondWith({ file: "deepseek/model-not-exist.json", status: 422 });
     const { error } = await run("deepseek-chat");
     expect(error?.code).toBe("llm.bad_request");
     expect(error?.retryable).toBe(false);
   });
 
   it("deepseek - a malformed chunk fails after the deltas before it", async () => {
-    server.respondWith({ file: "malformed.sse" });
+    server.respondWith({ file: "deepseek/malformed.sse" });
     const { deltas, error } = await run("deepseek-chat");
     expect(deltas.map((d) => d.text)).toEqual(["Looking"]);
     expect(error?.code).toBe("llm.malformed_chunk");
@@ -199,7 +162,7 @@ describe("deepseek", () => {
   });
 
   it("deepseek - a connection cut mid-chunk is a retryable stream cut", async () => {
-    server.respondWith({ file: "stream-cut.sse", cut: true });
+    server.respondWith({ file: "deepseek/stream-cut.sse", cut: true });
     const { deltas, error } = await run("deepseek-chat");
     expect(deltas.map((d) => d.text)).toEqual(["The file", " defines"]);
     expect(error?.code).toBe("llm.stream_cut");
@@ -207,20 +170,20 @@ describe("deepseek", () => {
   });
 
   it("deepseek - a body that ends cleanly before finish is a stream cut", async () => {
-    server.respondWith({ file: "stream-cut.sse" });
+    server.respondWith({ file: "deepseek/stream-cut.sse" });
     const { error } = await run("deepseek-chat");
     expect(error?.code).toBe("llm.stream_cut");
   });
 
   it("deepseek - a reply with neither content nor tool calls is empty", async () => {
-    server.respondWith({ file: "empty.sse" });
+    server.respondWith({ file: "deepseek/empty.sse" });
     const { error } = await run("deepseek-chat");
     expect(error?.code).toBe("llm.empty_reply");
     expect(error?.retryable).toBe(true);
   });
 
   it("deepseek - a silent server times out", async () => {
-    server.respondWith({ file: "stream-cut.sse", stall: true });
+    server.respondWith({ file: "deepseek/stream-cut.sse", stall: true });
     const { deltas, error } = await run("deepseek-chat", { idleTimeoutMs: 300 });
     expect(deltas).toHaveLength(2);
     expect(error?.code).toBe("llm.timeout");
@@ -228,7 +191,7 @@ describe("deepseek", () => {
   });
 
   it("deepseek - aborting the signal cancels the stream", async () => {
-    server.respondWith({ file: "stream-cut.sse", stall: true });
+    server.respondWith({ file: "deepseek/stream-cut.sse", stall: true });
     const controller = new AbortController();
     const provider = deepseekProvider({ apiKey: KEY, baseUrl: server.baseUrl }).create("deepseek-chat")!;
     const pending = provider.complete(request, () => controller.abort(), controller.signal);
@@ -236,7 +199,7 @@ describe("deepseek", () => {
   });
 
   it("deepseek - no key fails with llm.missing_key before any request", async () => {
-    server.respondWith({ file: "reasoning.sse" });
+    server.respondWith({ file: "deepseek/reasoning.sse" });
     const { error } = await run("deepseek-chat", { apiKey: undefined });
     expect(error?.code).toBe("llm.missing_key");
     expect(error?.message).toContain("DEEPSEEK_API_KEY");
@@ -256,6 +219,15 @@ describe("deepseek", () => {
   it("deepseek - model names that cannot be DeepSeek models are not bound", () => {
     const entry = deepseekProvider({ apiKey: KEY, baseUrl: server.baseUrl });
     expect(entry.create("Deepseek Chat")).toBeUndefined();
-    expect(entry.create("deepseek-chat")).toBeDefined();
+    for (const model of ["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-chat", "deepseek-reasoner"]) expect(entry.create(model)).toBeDefined();
+  });
+
+  it("deepseek - V4 flash and pro are sent by name", async () => {
+    for (const model of ["deepseek-v4-flash", "deepseek-v4-pro"]) {
+      server.respondWith({ file: "deepseek/tool-calls.sse" });
+      const { error } = await run(model);
+      expect(error).toBeUndefined();
+      expect(server.requests.at(-1)?.body.model).toBe(model);
+    }
   });
 });

@@ -3,9 +3,9 @@ import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 
-/** How the fake DeepSeek answers the next request: a recorded body from test/fixtures/deepseek. */
+/** How the fake provider answers one request: a recorded body from test/fixtures. */
 export interface FixtureResponse {
-  /** File under test/fixtures/deepseek sent as the body. */
+  /** File under test/fixtures sent as the body, e.g. `deepseek/reasoning.sse`. */
   file: string;
   status?: number;
   headers?: Record<string, string>;
@@ -15,7 +15,7 @@ export interface FixtureResponse {
   stall?: boolean;
 }
 
-/** One request the fake DeepSeek received. */
+/** One request the fake provider received. */
 export interface RecordedRequest {
   method: string;
   url: string;
@@ -23,28 +23,28 @@ export interface RecordedRequest {
   body: Record<string, unknown>;
 }
 
-/** A local HTTP server on 127.0.0.1 that replays recorded DeepSeek responses. */
+/** A local HTTP server on 127.0.0.1 that replays recorded provider responses. */
 export interface FixtureServer {
   readonly baseUrl: string;
   readonly requests: RecordedRequest[];
-  /** Sets the response to every following request. */
-  respondWith(response: FixtureResponse): void;
+  /** Answers the following requests with these responses in turn, the last one repeating. */
+  respondWith(...responses: FixtureResponse[]): void;
   close(): Promise<void>;
 }
 
-const FIXTURES = join(import.meta.dirname, "fixtures", "deepseek");
+const FIXTURES = join(import.meta.dirname, "fixtures");
 
-/** Starts the fake DeepSeek on a free port. */
+/** Starts the fake provider on a free port. */
 export async function startFixtureServer(): Promise<FixtureServer> {
   const requests: RecordedRequest[] = [];
-  let next: FixtureResponse | undefined;
+  let queue: FixtureResponse[] = [];
   const server = createServer((req, res) => {
     let raw = "";
     req.setEncoding("utf8");
     req.on("data", (part: string) => (raw += part));
     req.on("end", () => {
       requests.push({ method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: JSON.parse(raw) as Record<string, unknown> });
-      const response = next;
+      const response = queue.length > 1 ? queue.shift() : queue[0];
       if (!response) {
         res.writeHead(500).end("no fixture set");
         return;
@@ -71,8 +71,8 @@ export async function startFixtureServer(): Promise<FixtureServer> {
   return {
     baseUrl: `http://127.0.0.1:${port}`,
     requests,
-    respondWith: (response) => {
-      next = response;
+    respondWith: (...responses) => {
+      queue = responses;
     },
     close: () => {
       server.closeAllConnections();

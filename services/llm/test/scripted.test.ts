@@ -6,6 +6,7 @@ import { CompleteRequest, Delta_Kind, Role, type ChatMessage, type Delta } from 
 import { describe, expect, it } from "vitest";
 import type { Completion } from "../src/provider.js";
 import { scriptedProvider } from "../src/scripted.js";
+import { countRequestTokens, countTokens } from "../src/tokens.js";
 
 const FIXTURES = join(import.meta.dirname, "fixtures");
 const SCRIPT = join(FIXTURES, "scripts", "two-steps.json");
@@ -25,8 +26,8 @@ async function run(model: string, messages: ChatMessage[], cwd = FIXTURES): Prom
   return { deltas, result, request };
 }
 
-async function failure(model: string, messages: ChatMessage[] = [user("hi")]): Promise<TackError> {
-  const error = await run(model, messages).then(() => undefined, (e: unknown) => e);
+async function failure(model: string, messages: ChatMessage[] = [user("hi")], cwd = FIXTURES): Promise<TackError> {
+  const error = await run(model, messages, cwd).then(() => undefined, (e: unknown) => e);
   expect(error).toBeInstanceOf(TackError);
   return error as TackError;
 }
@@ -43,11 +44,13 @@ describe("scripted", () => {
         { id: "call_0_1", name: "glob", arguments: '{"pattern":"src/**/*.ts"}' },
       ],
       finishReason: "tool_calls",
+      // Counted with the DeepSeek tokenizer; without a `cache` in the script every input token misses.
       usage: {
-        inputMissTokens: Math.ceil(JSON.stringify(CompleteRequest.toJSON(request)).length / 4),
+        inputMissTokens: countRequestTokens(request),
         inputHitTokens: 0,
-        outputTokens: Math.ceil((reasoning.length + "Let me look at the README.".length + "read_file".length + 20 + "glob".length + 25) / 4),
-        reasoningTokens: Math.ceil(reasoning.length / 4),
+        outputTokens: countTokens(reasoning) + countTokens("Let me look at the README.") + countTokens("read_file") + countTokens('{"path":"README.md"}')
+          + countTokens("glob") + countTokens('{"pattern":"src/**/*.ts"}'),
+        reasoningTokens: countTokens(reasoning),
       },
       model: `scripted:${SCRIPT}`,
     });
@@ -114,6 +117,41 @@ describe("scripted", () => {
       await writeFile(file, JSON.stringify({ replies: [{ content: "second" }] }));
       await utimes(file, 2_000, 2_000);
       expect(await ask()).toBe("second");
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("scripted - with cache, input hits the longest earlier prefix in 64-token blocks", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "tack-scripted-"));
+    try {
+      const file = join(dir, "cached.json");
+      await writeFile(file, JSON.stringify({ cache: { block_tokens: 64 }, replies: [{ content: "one ".repeat(40) }, { content: "two" }] }));
+      const entry = scriptedProvider({ cwd: dir });
+      const ask = async (messages: ChatMessage[]) =>
+        (await entry.create("cached.json")!.complete(requestWith("scripted:cached.json", messages), () => undefined, new AbortController().signal)).usage!;
+      const first = [user("Explain the project in detail, please. ".repeat(20))];
+      const total = countRequestTokens(requestWith("scripted:cached.json", first));
+      expect(await ask(first)).toMatchObject({ inputHitTokens: 0, inputMissTokens: total });
+      // The next step extends the request: every whole block of the first request hits.
+      const second = [...first, assistant("one ".repeat(40)), user("and the tests?")];
+      const usage = await ask(second);
+      expect(usage.inputHitTokens).toBe(Math.floor(total / 64) * 64);
+      expect(usage.inputHitTokens + usage.inputMissTokens).toBe(countRequestTokens(requestWith("scripted:cached.json", second)));
+      // A fresh provider (a new llm process) starts with an empty cache.
+      const fresh = scriptedProvider({ cwd: dir }).create("cached.json")!;
+      expect((await fresh.complete(requestWith("scripted:cached.json", first), () => undefined, new AbortController().signal)).usage?.inputHitTokens).toBe(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("scripted - a bad cache setting is a bad script", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "tack-scripted-"));
+    try {
+      await writeFile(join(dir, "bad-cache.json"), JSON.stringify({ cache: { block_tokens: 0 }, replies: [] }));
+      const error = await failure("scripted:bad-cache.json", [user("hi")], dir);
+      expect(error.message).toContain("cache.block_tokens");
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

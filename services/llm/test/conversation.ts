@@ -1,0 +1,49 @@
+import { TackError } from "@tack/bus";
+import { Role, type CompleteRequest, type Delta } from "@tack/proto";
+import { expect } from "vitest";
+import type { Completion, ProviderEntry } from "../src/provider.js";
+
+/** A request with every kind of message: a finished tool round, a plain answer, a new question. */
+export const conversation: CompleteRequest = {
+  sessionId: "s1",
+  model: "deepseek:deepseek-chat",
+  systemPrompt: "You are Tack.",
+  tools: [{
+    name: "read_file",
+    description: "Read a file.",
+    parametersJson: '{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}',
+  }],
+  messages: [
+    { role: Role.ROLE_USER, content: "What is in README.md?", reasoningContent: "", toolCalls: [], toolCallId: "" },
+    {
+      role: Role.ROLE_ASSISTANT,
+      content: "",
+      reasoningContent: "I should read it.",
+      toolCalls: [{ id: "call_00_abc", name: "read_file", arguments: '{"path":"README.md"}' }],
+      toolCallId: "",
+    },
+    { role: Role.ROLE_TOOL, content: "# Tack", reasoningContent: "", toolCalls: [], toolCallId: "call_00_abc" },
+    { role: Role.ROLE_ASSISTANT, content: "It is a harness.", reasoningContent: "Summarize.", toolCalls: [], toolCallId: "" },
+    { role: Role.ROLE_USER, content: "Add two and three.", reasoningContent: "", toolCalls: [], toolCallId: "" },
+  ],
+  temperature: 0.2,
+  maxTokens: 4096,
+};
+
+/** Runs one completion of `model` on `entry`, collecting the deltas and the result or the TackError. */
+export async function runProvider(
+  entry: ProviderEntry,
+  model: string,
+  request: CompleteRequest = conversation,
+  signal = new AbortController().signal,
+): Promise<{ deltas: Delta[]; result?: Completion; error?: TackError }> {
+  const provider = entry.create(model);
+  if (!provider) throw new Error(`${entry.form} does not bind ${model}`);
+  const deltas: Delta[] = [];
+  try {
+    return { deltas, result: await provider.complete(request, (delta) => deltas.push(delta), signal) };
+  } catch (error) {
+    expect(error).toBeInstanceOf(TackError);
+    return { deltas, error: error as TackError };
+  }
+}
