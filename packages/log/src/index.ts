@@ -1,7 +1,8 @@
-// The session log on JetStream: single writer, validated reader, projection to the model request.
+// The session log on JetStream: single writer, validated reader, projection to the model request, spilled results.
 export { FORMAT_VERSION, LogConflictError, UnknownEventTypeError, UnsupportedFormatError } from "./errors.js";
 export { draft, eventTypeInfo, isCase, materialize, now, timestampMs, type Draft, type EventOf, type Payload, type PayloadOf } from "./event.js";
-export { deriveRequest, Projection, serializeRequest, type ModelRequest } from "./projection.js";
+export { deriveRequest, Projection, pruneText, serializeRequest, type ModelRequest, type PrunePlan, type VisibleEntry } from "./projection.js";
 export { checkEvent, readAll, readSession, type ReadOptions } from "./reader.js";
+export { parseSpillPath, SpillBucket, spillObjectName, spillPath, type SpillBucketOptions } from "./spill.js";
 export { ensureLogStream, type LogStreamOptions } from "./stream.js";
 export { SessionLogWriter, type SessionAddress } from "./writer.js";

@@ -10,9 +10,20 @@ export interface ModelRequest {
   readonly messages: readonly ChatMessage[];
 }
 
-interface Visible {
+/** One message of the model's view and the seq of the event it came from. */
+export interface VisibleEntry {
   readonly seq: number;
   readonly message: ChatMessage;
+  /** Tool results only: the content as logged, before any pruning. */
+  readonly original: string;
+  /** True once a `context/pruned` cut this tool result down (it is never cut twice). */
+  readonly pruned: boolean;
+}
+
+/** What a `context/pruned` with these bounds would change in the current view. */
+export interface PrunePlan {
+  readonly resultsPruned: number;
+  readonly charsSaved: number;
 }
 
 /**
@@ -21,7 +32,7 @@ interface Visible {
  */
 export class Projection {
   #header: RequestHeader | undefined;
-  #visible: Visible[] = [];
+  #visible: VisibleEntry[] = [];
 
   /** Applies one event (events must come in seq order). */
   apply(event: Event): void {
@@ -39,21 +50,29 @@ export class Projection {
         }));
       case "toolResult":
         return this.#surface(event, ChatMessage.fromPartial({ role: Role.ROLE_TOOL, content: p.value.content, toolCallId: p.value.callId }));
+      case "contextPruned": {
+        const { upToSeq, headChars, tailChars } = p.value;
+        this.#visible = this.#visible.map((v) => (prunable(v, upToSeq, headChars, tailChars)
+          ? { ...v, message: { ...v.message, content: pruneText(v.original, headChars, tailChars) }, pruned: true }
+          : v));
+        return;
+      }
       default:
         return;
     }
   }
 
   #surface(event: Event, message: ChatMessage): void {
+    const entry: VisibleEntry = { seq: event.seq, message, original: message.content, pruned: false };
     const s = event.surface;
     if (s?.kind === Surface_Kind.KIND_REPLACE) {
       const at = this.#visible.findIndex((v) => v.seq >= s.replaceFromSeq);
       const kept = this.#visible.filter((v) => v.seq < s.replaceFromSeq || v.seq > s.replaceToSeq);
-      kept.splice(at < 0 ? kept.length : at, 0, { seq: event.seq, message });
+      kept.splice(at < 0 ? kept.length : at, 0, entry);
       this.#visible = kept;
       return;
     }
-    this.#visible.push({ seq: event.seq, message });
+    this.#visible.push(entry);
   }
 
   /** The last logged request header, if any. */
@@ -71,10 +90,54 @@ export class Projection {
     };
   }
 
+  /** The model's view with the seq behind each message, in the order the model sees them. */
+  entries(): readonly VisibleEntry[] {
+    return this.#visible;
+  }
+
+  /** What logging `context/pruned {upToSeq, headChars, tailChars}` now would shorten, computed exactly as `apply` would. */
+  planPrune(upToSeq: number, headChars: number, tailChars: number): PrunePlan {
+    let resultsPruned = 0;
+    let charsSaved = 0;
+    for (const v of this.#visible) {
+      if (!prunable(v, upToSeq, headChars, tailChars)) continue;
+      resultsPruned++;
+      charsSaved += v.original.length - pruneText(v.original, headChars, tailChars).length;
+    }
+    return { resultsPruned, charsSaved };
+  }
+
   /** Test hook and debugging aid: the messages as currently projected (mutable on purpose for tamper tests). */
   get messages(): ChatMessage[] {
     return this.#visible.map((v) => v.message);
   }
+}
+
+/** A tool result not pruned yet, at or before `upToSeq`, that head + tail would actually shorten. */
+function prunable(v: VisibleEntry, upToSeq: number, headChars: number, tailChars: number): boolean {
+  return v.message.role === Role.ROLE_TOOL && !v.pruned && v.seq <= upToSeq && pruneText(v.original, headChars, tailChars) !== v.original;
+}
+
+/**
+ * The pruned form of a tool result: its first `headChars` and last `tailChars` characters
+ * around a line saying how many were left out (never splitting a surrogate pair). Text that
+ * this would not make shorter comes back unchanged.
+ */
+export function pruneText(text: string, headChars: number, tailChars: number): string {
+  if (text.length <= headChars + tailChars) return text;
+  const headEnd = isHighSurrogate(text.charCodeAt(headChars - 1)) ? headChars - 1 : headChars;
+  const tailStart = isLowSurrogate(text.charCodeAt(text.length - tailChars)) ? text.length - tailChars + 1 : text.length - tailChars;
+  const omitted = tailStart - headEnd;
+  const cut = `${text.slice(0, headEnd)}\n\n[... ${omitted} characters of this tool result left out to save context; run the tool again if you need them ...]\n\n${text.slice(tailStart)}`;
+  return cut.length < text.length ? cut : text;
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
+}
+
+function isLowSurrogate(code: number): boolean {
+  return code >= 0xdc00 && code <= 0xdfff;
 }
 
 /** Derives the model request from a complete list of events, from scratch. */

@@ -1,4 +1,6 @@
-// The loop service: owns running sessions (turns, steps, tool dispatch, crash recovery).
+// The loop service: owns running sessions (turns, steps, tool dispatch, approvals, crash recovery).
+export { APPROVAL_TEXT } from "./approvals.js";
+export { SUMMARY_HEADING, SUMMARY_INSTRUCTION, type CompactionSettings } from "./compaction.js";
 export { Leases, type Lease, type LeaseState } from "./lease.js";
 export { startLoopService, type LoopOptions, type LoopService } from "./service.js";
 export { MODES, RECOVERY_TEXT, SessionRuntime, type LoopSettings } from "./session.js";

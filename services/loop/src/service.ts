@@ -2,15 +2,16 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { Subscription } from "@nats-io/nats-core";
 import { assertToken, Bus, TackError } from "@tack/bus";
-import { ensureLogStream, FORMAT_VERSION } from "@tack/log";
-import { CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
+import {
+  CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SubmitMessageRequest,
+  SubmitMessageResponse,
+} from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
+import { APPROVAL_POLICIES, DECISIONS, SANDBOX_MODES, type Decision } from "./approvals.js";
 import { Leases } from "./lease.js";
 import { MODES, SessionRuntime, type LoopSettings } from "./session.js";
-
-const SANDBOX_MODES = ["read-only", "workspace-write", "danger-full-access"] as const;
-const APPROVAL_POLICIES = ["ask", "never"] as const;
 
 const Options = z.object({
   natsUrl: z.string(),
@@ -24,8 +25,29 @@ const Options = z.object({
   temperature: z.number().min(0).max(2).default(0),
   maxTokens: z.number().int().min(1).default(8_192),
   chunkPack: z.number().int().min(1).default(64),
+  /** How long an approval waits for a person before it ends as unavailable; 0 = no one can answer, so escalations are denied at once. */
+  approvalTimeoutMs: z.number().int().min(0).max(7 * 24 * 3_600_000).default(600_000),
   logReplicas: z.number().int().min(1).default(1),
-});
+  /** Tool results over this many UTF-8 bytes go whole to the object store; the model sees a preview and how to read the rest. */
+  spillBytes: z.number().int().min(1_000).max(800_000).default(50_000),
+  /** Characters at the head of a spilled result that the model sees. */
+  spillPreviewChars: z.number().int().min(100).default(4_096),
+  /** Context window in tokens of a model not listed in `contextWindows`. */
+  contextWindowTokens: z.number().int().min(1_000).default(128_000),
+  /** Context window in tokens by model reference (`<provider>:<model>`). */
+  contextWindows: z.record(z.string(), z.number().int().min(1_000)).default({}),
+  /** Prune old large tool results once the request reaches this fraction of the window. */
+  pruneAt: z.number().gt(0).max(1).default(0.5),
+  /** What a pruned tool result keeps: its first and last characters. */
+  pruneHeadChars: z.number().int().min(0).default(4_096),
+  pruneTailChars: z.number().int().min(0).default(1_024),
+  /** The most recent part of the conversation, as a fraction of the window, is never pruned. */
+  pruneKeep: z.number().min(0).max(1).default(0.3),
+  /** Skip a prune that saves less than this fraction of the window (it would break the prefix cache for little). */
+  pruneMinimum: z.number().min(0).max(1).default(0.08),
+  /** Summarize the conversation once the request, after pruning, still reaches this fraction of the window. */
+  summarizeAt: z.number().gt(0).max(1).default(0.8),
+}).refine((o) => o.pruneAt <= o.summarizeAt, { message: "pruneAt must not exceed summarizeAt: pruning is the cheaper step and comes first", path: ["pruneAt"] });
 
 /** Options of `startLoopService` (all but natsUrl have defaults). */
 export type LoopOptions = z.input<typeof Options>;
@@ -40,8 +62,8 @@ export interface LoopService {
 }
 
 /**
- * Starts a loop replica: serves session creation and user messages, runs turns, and takes
- * over sessions whose owner stopped renewing its lease (crash recovery).
+ * Starts a loop replica: serves session creation, user messages and approval decisions, runs
+ * turns, and takes over sessions whose owner stopped renewing its lease (crash recovery).
  */
 export async function startLoopService(options: LoopOptions): Promise<LoopService> {
   const parsed = Options.safeParse(options);
@@ -54,9 +76,23 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   const leases = await Leases.open(bus.nc, bus.names, owner, o.leaseTtlMs);
   const settings: LoopSettings = {
     stepLimit: o.stepLimit, parallelToolCalls: o.parallelToolCalls, toolTimeoutMs: o.toolTimeoutMs, llmIdleTimeoutMs: o.llmIdleTimeoutMs,
-    temperature: o.temperature, maxTokens: o.maxTokens, chunkPack: o.chunkPack,
+    temperature: o.temperature, maxTokens: o.maxTokens, chunkPack: o.chunkPack, approvalTimeoutMs: o.approvalTimeoutMs,
+    compaction: {
+      spillBytes: o.spillBytes, spillPreviewChars: o.spillPreviewChars, contextWindowTokens: o.contextWindowTokens, contextWindows: o.contextWindows,
+      pruneAt: o.pruneAt, pruneHeadChars: o.pruneHeadChars, pruneTailChars: o.pruneTailChars, pruneKeep: o.pruneKeep, pruneMinimum: o.pruneMinimum,
+      summarizeAt: o.summarizeAt,
+    },
   };
-  const owned = new Map<string, { runtime: SessionRuntime; subscription: Subscription }>();
+  // Created at the first spill, so that a namespace that never spills has no bucket to clean up.
+  let spillBucket: Promise<SpillBucket> | undefined;
+  const spills = () => {
+    spillBucket ??= SpillBucket.ensure(bus.nc, bus.names, { replicas: o.logReplicas }).catch((error: unknown) => {
+      spillBucket = undefined;
+      throw error;
+    });
+    return spillBucket;
+  };
+  const owned = new Map<string, { runtime: SessionRuntime; subscriptions: Subscription[] }>();
   const acquiring = new Map<string, Promise<SessionRuntime>>();
   let stopped = false;
 
@@ -65,7 +101,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     const entry = owned.get(key);
     if (!entry || entry.runtime !== runtime || runtime.busy) return;
     owned.delete(key);
-    entry.subscription.unsubscribe();
+    for (const subscription of entry.subscriptions) subscription.unsubscribe();
     runtime.dispose();
     void leases.release(runtime.lease);
   };
@@ -73,6 +109,19 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   const submitOn = (runtime: SessionRuntime) => async (req: SubmitMessageRequest): Promise<SubmitMessageResponse> => {
     if (!req.text.trim()) throw new TackError("loop.empty_message", "the message text is empty; send the task as text");
     return SubmitMessageResponse.fromPartial(await runtime.submit(req.text));
+  };
+
+  const decideOn = (runtime: SessionRuntime) => async (req: DecideApprovalRequest): Promise<DecideApprovalResponse> => {
+    if (!(DECISIONS as readonly string[]).includes(req.decision)) {
+      throw new TackError("loop.bad_decision", `decision ${JSON.stringify(req.decision)} is unknown; answer ${DECISIONS.join(" or ")}`);
+    }
+    if (!req.decidedBy) throw new TackError("loop.bad_decision", "decided_by is empty; say who decided (the caller's tenant or user)");
+    if (!runtime.meta || (req.tenant || "local") !== runtime.tenant) {
+      throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
+    }
+    // The owner subject opens before recovery has parked the session's approvals again: let recovery finish first.
+    await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
+    return { seq: await runtime.decide(req.callId, req.decision as Decision, req.decidedBy) };
   };
 
   /** Claims a session (waiting out another owner's lease), loads it and runs recovery. */
@@ -86,13 +135,16 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       const { lease, previousOwner } = await leases.claim(key, waitMs);
       let runtime: SessionRuntime;
       try {
-        runtime = await SessionRuntime.load({ bus, leases, settings, log, onIdle: forget }, tenant, sessionId, lease);
+        runtime = await SessionRuntime.load({ bus, leases, settings, log, spills, onIdle: forget }, tenant, sessionId, lease);
       } catch (error) {
         await leases.release(lease);
         throw error;
       }
-      const subscription = bus.serve(bus.names.loopSessionSubmit(sessionId), "loop-owner", SubmitMessageRequest, SubmitMessageResponse, submitOn(runtime));
-      owned.set(key, { runtime, subscription });
+      const subscriptions = [
+        bus.serve(bus.names.loopSessionSubmit(sessionId), "loop-owner", SubmitMessageRequest, SubmitMessageResponse, submitOn(runtime)),
+        bus.serve(bus.names.loopSessionDecide(sessionId), "loop-owner", DecideApprovalRequest, DecideApprovalResponse, decideOn(runtime)),
+      ];
+      owned.set(key, { runtime, subscriptions });
       if (runtime.meta) {
         const recovered = await runtime.recover(previousOwner);
         if (recovered) log.info("session recovered", { session: sessionId, previous_owner: previousOwner });
@@ -145,6 +197,20 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     return submitOn(runtime)(req);
   });
 
+  // A decision for a session no process owns: claim it like a message does; recovery parks its
+  // pending approvals again, so the decision finds its call waiting.
+  bus.serve(bus.names.loopDecide, "loop", DecideApprovalRequest, DecideApprovalResponse, async (req) => {
+    const tenant = req.tenant || "local";
+    assertToken("session id", req.sessionId);
+    assertToken("tenant", tenant);
+    const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
+    try {
+      return await decideOn(runtime)(req);
+    } finally {
+      forget(runtime);
+    }
+  });
+
   // Take over sessions whose owner stopped renewing (crashed or partitioned away).
   const scan = async () => {
     for (const state of await leases.all()) {
@@ -171,8 +237,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     async stop() {
       stopped = true;
       clearInterval(scanner);
-      for (const { runtime, subscription } of owned.values()) {
-        subscription.unsubscribe();
+      for (const { runtime, subscriptions } of owned.values()) {
+        for (const subscription of subscriptions) subscription.unsubscribe();
         runtime.dispose();
         // A session mid-turn keeps its lease until it expires, so another replica recovers it.
         if (!runtime.busy) await leases.release(runtime.lease);

@@ -2,13 +2,17 @@ import { readFileSync } from "node:fs";
 import { context } from "@opentelemetry/api";
 import { inSpan, requestStream, TackError, type Bus } from "@tack/bus";
 import {
-  deriveRequest, draft, Projection, readAll, serializeRequest, SessionLogWriter, type Draft, type ModelRequest,
+  deriveRequest, draft, Projection, readAll, serializeRequest, SessionLogWriter, type Draft, type ModelRequest, type SpillBucket,
 } from "@tack/log";
 import {
   CallToolRequest, CallToolResponse, CompleteRequest, CompleteStreamMessage, Delta, ListToolsRequest, ListToolsResponse, Surface_Kind,
-  type CompleteDone, type Event, type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
+  type ApprovalAsked, type CompleteDone, type Event, type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
+import {
+  approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, PendingApprovals, planCalls, sandboxModeOf, type CallPlan, type DecidedPlan, type Decision,
+} from "./approvals.js";
+import { Compactor, type CompactionSettings } from "./compaction.js";
 import type { Lease, Leases } from "./lease.js";
 
 /** Settings of the turn loop, validated once by the service. */
@@ -25,6 +29,9 @@ export interface LoopSettings {
   readonly maxTokens: number;
   /** Deltas packed into one `assistant/chunks` event at most. */
   readonly chunkPack: number;
+  /** How long an approval waits for a person before it ends as unavailable (0: no one can answer). */
+  readonly approvalTimeoutMs: number;
+  readonly compaction: CompactionSettings;
 }
 
 /** What a running session needs from its service. */
@@ -33,6 +40,8 @@ export interface SessionDeps {
   readonly leases: Leases;
   readonly settings: LoopSettings;
   readonly log: Logger;
+  /** The object store bucket for spilled tool results (created at the first spill). */
+  readonly spills: () => Promise<SpillBucket>;
   /** Called when the session ends its work or loses its lease, so the service can forget it. */
   readonly onIdle: (runtime: SessionRuntime) => void;
 }
@@ -67,6 +76,10 @@ export class SessionRuntime {
   #running: Promise<void> | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
   #lost = false;
+  /** Set by `stopTurn`: the running turn ends at its next step boundary. */
+  #stopping = false;
+  readonly #approvals: PendingApprovals;
+  readonly #compactor: Compactor;
 
   private constructor(deps: SessionDeps, tenant: string, sessionId: string, writer: SessionLogWriter, lease: Lease) {
     this.#deps = deps;
@@ -78,6 +91,8 @@ export class SessionRuntime {
       this.events.push(event);
       this.projection.apply(event);
     };
+    this.#approvals = new PendingApprovals(async (decided) => (await this.append(draft("approvalDecided", decided, SOURCE)))[0]!.seq);
+    this.#compactor = new Compactor(deps.settings.compaction, { tenant, sessionId }, deps.spills, deps.log);
   }
 
   /** Loads a session whose lease we hold: reads its whole log and opens the single writer. */
@@ -130,9 +145,32 @@ export class SessionRuntime {
     this.#renewTimer.unref();
   }
 
-  /** Stops renewing the lease (the lease then expires unless released). */
+  /**
+   * Stops renewing the lease (the lease then expires unless released) and writing: a running
+   * turn stops at its next write, and pending approvals are left to the session's next owner.
+   */
   dispose(): void {
     clearInterval(this.#renewTimer);
+    this.#lost = true;
+    this.#approvals.abandon();
+  }
+
+  /**
+   * Logs a person's decision on the pending approval of `callId` and lets that call go on;
+   * returns the seq of `approval/decided`. Throws `loop.no_pending_approval` when none is pending.
+   */
+  decide(callId: string, decision: Decision, decidedBy: string): Promise<number> {
+    return this.#approvals.decide(callId, decision, decidedBy);
+  }
+
+  /**
+   * Stops the running turn: pending approvals end as cancelled (decided by `by`) and the turn
+   * ends with reason `cancelled` at its next step boundary; calls already running finish.
+   */
+  async stopTurn(by: string): Promise<void> {
+    if (!this.#running) return;
+    this.#stopping = true;
+    await this.#approvals.cancelAll(by);
   }
 
   /** Writes the opening events of a new session. */
@@ -168,13 +206,16 @@ export class SessionRuntime {
       .catch((error: unknown) => this.#deps.log.error("turn failed", { session: this.sessionId, error: (error as Error).message }))
       .finally(() => {
         this.#running = undefined;
+        this.#stopping = false;
         this.#deps.onIdle(this);
       });
   }
 
   /**
    * Crash recovery after taking the session over: gives every tool call of the interrupted
-   * step a result (may-or-may-not-have-run vs not-started), then continues the turn.
+   * step a result (may-or-may-not-have-run vs not-started), then continues the turn. A call
+   * whose approval was asked is not answered for the person: it waits again (its deadline still
+   * counted from when it was asked), or follows the decision already logged.
    * Returns false when nothing was left unfinished.
    */
   async recover(previousOwner: string | undefined): Promise<boolean> {
@@ -198,9 +239,12 @@ export class SessionRuntime {
     const assistant = lastAssistant?.payload?.$case === "assistantMessage" ? lastAssistant.payload.value : undefined;
     const results = new Set(inTurn.flatMap((e) => (e.payload?.$case === "toolResult" ? [e.payload.value.callId] : [])));
     const dispatched = new Set(inTurn.flatMap((e) => (e.payload?.$case === "toolCall" ? [e.payload.value.callId] : [])));
-    const missing = (assistant?.toolCalls ?? []).filter((c) => !results.has(c.id));
-    const interrupted = missing.filter((c) => dispatched.has(c.id));
-    const unstarted = missing.filter((c) => !dispatched.has(c.id));
+    const approvals = approvalsIn(inTurn);
+    const unanswered = (assistant?.toolCalls ?? []).filter((c) => !results.has(c.id));
+    const interrupted = unanswered.filter((c) => dispatched.has(c.id));
+    const parked = unanswered.filter((c) => !dispatched.has(c.id) && approvals.has(c.id));
+    const unstarted = unanswered.filter((c) => !dispatched.has(c.id) && !approvals.has(c.id));
+    const missing = [...interrupted, ...unstarted];
     await this.append(draft("recovery", {
       previousOwner: previousOwner ?? "", owner: this.#deps.leases.owner,
       interruptedCallIds: interrupted.map((c) => c.id), unstartedCallIds: unstarted.map((c) => c.id),
@@ -210,6 +254,21 @@ export class SessionRuntime {
         callId: call.id, name: call.name, content: dispatched.has(call.id) ? RECOVERY_TEXT.mayHaveRun : RECOVERY_TEXT.notStarted,
         isError: true, durationMs: 0, synthesized: true,
       }, SOURCE, surfaceFor(lastAssistant!.seq)));
+    }
+    if (parked.length > 0) {
+      const mode = sandboxModeOf(this.events);
+      const items = parked.map((call): [ToolCall, Promise<CallPlan>] => {
+        const { decided, askedAtMs } = approvals.get(call.id)!;
+        const decision = decided ? Promise.resolve(decided) : this.#approvals.wait(call.id, Promise.resolve(), askedAtMs + this.#deps.settings.approvalTimeoutMs);
+        return [call, decision.then((d) => outcomePlan(call, d, mode))];
+      });
+      const finishStep = async () => {
+        await this.#settleCalls(items, lastAssistant!.seq, turn, assistant!.step);
+        await this.append(draft("stepEnd", { turn, step: assistant!.step, toolCalls: assistant!.toolCalls.length }, SOURCE));
+        return true;
+      };
+      this.#run(() => this.#steps(turn, assistant!.step, finishStep));
+      return true;
     }
     const stepClosed = lastAssistant && inTurn.some((e) => e.seq > lastAssistant.seq && e.payload?.$case === "stepEnd");
     if (assistant && !stepClosed) {
@@ -228,18 +287,24 @@ export class SessionRuntime {
     await this.#steps(turn, firstStep);
   }
 
-  async #steps(turn: number, firstStep: number): Promise<void> {
+  /** Runs steps from `firstStep` until the turn ends; `finishFirst`, when given, completes an interrupted first step instead of starting it. */
+  async #steps(turn: number, firstStep: number, finishFirst?: () => Promise<boolean>): Promise<void> {
     await inSpan("loop.turn", { "tack.session": this.sessionId, "tack.turn": turn }, async () => {
       let step = firstStep;
       for (;;) {
         if (this.#lost) return;
+        if (this.#stopping) {
+          await this.append(draft("turnEnd", { turn, reason: "cancelled", steps: step - 1 }, SOURCE));
+          return;
+        }
         if (step > this.#deps.settings.stepLimit) {
           await this.append(draft("turnEnd", { turn, reason: "step_limit", steps: step - 1 }, SOURCE));
           return;
         }
         let more: boolean;
         try {
-          more = await inSpan("loop.step", { "tack.session": this.sessionId, "tack.turn": turn, "tack.step": step }, () => this.#step(turn, step));
+          more = await inSpan("loop.step", { "tack.session": this.sessionId, "tack.turn": turn, "tack.step": step }, () =>
+            finishFirst && step === firstStep ? finishFirst() : this.#step(turn, step));
         } catch (error) {
           const e = TackError.from(error, "loop.step_failed");
           if (e.code === "log.conflict" || this.#lost) return; // someone else owns the log now: write nothing more
@@ -258,12 +323,17 @@ export class SessionRuntime {
     });
   }
 
-  /** One step: header, verification, model call, tool calls. Returns true when the model asked for tools. */
+  /** One step: header, compaction, verification, model call, tool calls. Returns true when the model asked for tools. */
   async #step(turn: number, step: number): Promise<boolean> {
     await this.append(draft("stepStart", { turn, step }, SOURCE));
     await this.#logHeaderIfChanged();
+    await this.#compactor.beforeRequest({
+      projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
+      callModel: (request) => this.#callModel(turn, step, request, false),
+    });
     const request = this.#verifiedRequest();
     const done = await this.#callModel(turn, step, request);
+    this.#compactor.observe(request, done.usage);
     const [assistantEvent] = await this.append(
       draft("assistantMessage", {
         turn, step, content: done.content, reasoningContent: done.reasoningContent, toolCalls: done.toolCalls, finishReason: done.finishReason,
@@ -315,7 +385,8 @@ export class SessionRuntime {
     return cached;
   }
 
-  async #callModel(turn: number, step: number, request: ModelRequest): Promise<CompleteDone> {
+  /** Streams one model call; its deltas are logged as `assistant/chunks` when `logChunks` (not for a summary, which is no assistant message). */
+  async #callModel(turn: number, step: number, request: ModelRequest, logChunks = true): Promise<CompleteDone> {
     const pending: Delta[] = [];
     let done: CompleteDone | undefined;
     let error: TackError | undefined;
@@ -332,6 +403,7 @@ export class SessionRuntime {
     }, CompleteStreamMessage, (m) => {
       const body = m.body;
       if (body?.$case === "delta") {
+        if (!logChunks) return;
         pending.push(body.value);
         if (pending.length >= this.#deps.settings.chunkPack) flush();
       } else if (body?.$case === "retry") {
@@ -350,40 +422,85 @@ export class SessionRuntime {
   }
 
   async #runTools(turn: number, step: number, calls: ToolCall[], assistantSeq: number): Promise<void> {
-    const meta = this.meta!;
-    const mode = this.#sandboxMode();
-    let next = 0;
-    const worker = async () => {
-      while (next < calls.length) {
-        const call = calls[next++]!;
-        await this.append(draft("toolCall", { callId: call.id, name: call.name, arguments: call.arguments, turn, step }, SOURCE));
-        let result: CallToolResponse;
-        const started = performance.now();
-        try {
-          result = await this.#deps.bus.request(this.#deps.bus.names.toolsCall, CallToolRequest, {
-            sessionId: this.sessionId, tenant: this.tenant, callId: call.id, name: call.name, arguments: call.arguments,
-            workspace: meta.workspace, sandboxMode: mode,
-          }, CallToolResponse, { timeoutMs: this.#deps.settings.toolTimeoutMs });
-        } catch (error) {
-          const e = TackError.from(error);
-          result = { content: `Tool ${call.name} could not run: ${e.message}`, isError: true, durationMs: performance.now() - started };
-        }
-        await this.append(draft("toolResult", {
-          callId: call.id, name: call.name, content: result.content, isError: result.isError, durationMs: result.durationMs, synthesized: false,
-        }, SOURCE, surfaceFor(assistantSeq)));
-      }
-    };
-    const width = Math.min(this.#deps.settings.parallelToolCalls, calls.length);
-    await Promise.all(Array.from({ length: width }, worker));
+    const lastStart = this.events.findLastIndex((e) => e.payload?.$case === "turnStart");
+    const plans = planCalls(calls, {
+      mode: sandboxModeOf(this.events), policy: approvalPolicyOf(this.events), escalatedBy: escalationIn(this.events.slice(lastStart + 1)), turn, step,
+    });
+    await this.#settleCalls(calls.map((call, i) => [call, plans[i]!]), assistantSeq, turn, step);
   }
 
-  #sandboxMode(): string {
-    for (let i = this.events.length - 1; i >= 0; i--) {
-      const p = this.events[i]!.payload;
-      if (p?.$case === "sandboxMode") return p.value.mode;
-    }
-    return "workspace-write";
+  /**
+   * Carries out the plan of each call: an escalation is asked and waits for its decision
+   * (holding no slot, so the other calls go on); calls run at most `parallelToolCalls` at once;
+   * a call that may not run gets a result saying why, and never reaches the tools service.
+   */
+  async #settleCalls(items: ReadonlyArray<readonly [ToolCall, CallPlan | Promise<CallPlan>]>, assistantSeq: number, turn: number, step: number): Promise<void> {
+    const slot = limiter(this.#deps.settings.parallelToolCalls);
+    await Promise.all(items.map(async ([call, planned]) => {
+      const first = await planned;
+      const plan = first.kind === "ask" ? await this.#ask(call, first.asked) : first;
+      let result: CallToolResponse;
+      if (plan.kind === "refuse") {
+        if (plan.decided) await this.append(draft("approvalDecided", plan.decided, SOURCE));
+        result = { content: plan.content, isError: true, durationMs: 0 };
+      } else {
+        const { mode, note } = plan;
+        result = await slot(() => this.#dispatch(call, mode, turn, step));
+        if (note) result = { ...result, content: `${note}\n${result.content}` };
+      }
+      await this.append(draft("toolResult", {
+        callId: call.id, name: call.name, ...(await this.#compactor.spill(call.id, result.content)), isError: result.isError, durationMs: result.durationMs,
+        synthesized: false,
+      }, SOURCE, surfaceFor(assistantSeq)));
+    }));
   }
+
+  /** Logs `approval/asked` and waits for the decision; returns what the call does then. */
+  async #ask(call: ToolCall, asked: ApprovalAsked): Promise<DecidedPlan> {
+    const logged = this.append(draft("approvalAsked", asked, SOURCE));
+    // Parked before the event is logged, so a decision sent the moment it appears finds the call waiting.
+    const decided = this.#approvals.wait(call.id, logged, Date.now() + this.#deps.settings.approvalTimeoutMs);
+    try {
+      await logged;
+    } catch (error) {
+      decided.catch(() => undefined);
+      throw error;
+    }
+    return outcomePlan(call, await decided, asked.currentMode);
+  }
+
+  /** Logs `tool/call` and runs the call under sandbox mode `mode`; a tools service that cannot be reached is a result too. */
+  async #dispatch(call: ToolCall, mode: string, turn: number, step: number): Promise<CallToolResponse> {
+    await this.append(draft("toolCall", { callId: call.id, name: call.name, arguments: call.arguments, turn, step }, SOURCE));
+    const started = performance.now();
+    try {
+      return await this.#deps.bus.request(this.#deps.bus.names.toolsCall, CallToolRequest, {
+        sessionId: this.sessionId, tenant: this.tenant, callId: call.id, name: call.name, arguments: call.arguments,
+        workspace: this.meta!.workspace, sandboxMode: mode,
+      }, CallToolResponse, { timeoutMs: this.#deps.settings.toolTimeoutMs });
+    } catch (error) {
+      const e = TackError.from(error);
+      return { content: `Tool ${call.name} could not run: ${e.message}`, isError: true, durationMs: performance.now() - started };
+    }
+  }
+}
+
+/** Runs functions at most `width` at once, starting them in the order they asked. */
+function limiter(width: number): <T>(fn: () => Promise<T>) => Promise<T> {
+  let active = 0;
+  const queue: Array<() => void> = [];
+  return async (fn) => {
+    if (active < width) active++;
+    else await new Promise<void>((resolve) => queue.push(resolve));
+    try {
+      return await fn();
+    } finally {
+      // Hand the slot straight to the next in line, or free it.
+      const next = queue.shift();
+      if (next) next();
+      else active--;
+    }
+  };
 }
 
 function surfaceFor(assistantSeq: number) {

@@ -2,8 +2,9 @@ import { trace } from "@opentelemetry/api";
 import { inSpan, TackError } from "@tack/bus";
 import type { CallToolRequest, CallToolResponse, ToolSpec } from "@tack/proto";
 import { z } from "zod";
+import { parseSandboxMode } from "./permissions.js";
 import type { SandboxClient } from "./sandbox.js";
-import { ToolError, type Tool } from "./tool.js";
+import { ToolError, type SpillReader, type Tool } from "./tool.js";
 import { bash } from "./tools/bash.js";
 import { edit } from "./tools/edit.js";
 import { glob } from "./tools/glob.js";
@@ -11,8 +12,12 @@ import { grep } from "./tools/grep.js";
 import { read } from "./tools/read.js";
 import { write } from "./tools/write.js";
 
-/** Results longer than this many characters are cut to their head and tail. */
-export const MAX_RESULT_CHARS = 50_000;
+/**
+ * Results longer than this many UTF-8 bytes are cut to their head and tail. It is set by what
+ * one bus message carries, not by what the model should see: the loop spills anything over its
+ * own, much lower threshold to the object store whole, so it must receive the whole result first.
+ */
+export const MAX_RESULT_BYTES = 800_000;
 
 /**
  * The tools of each mode, in the order the model sees them. The order is part of the
@@ -38,15 +43,19 @@ export function listTools(mode: string): ToolSpec[] {
 /** What `callTool` needs besides the request. */
 export interface CallToolContext {
   readonly sandbox: SandboxClient;
+  /** Where `read` finds spilled results; each call can only ask for its own session's. */
+  readonly spills: SpillReader;
   /** Aborts in-flight sandbox calls (the service is stopping). */
   readonly signal: AbortSignal;
 }
 
 /**
  * Runs one tool call: finds the tool, validates the arguments, makes sure the session's
- * sandbox exists, executes inside span `tool.<name>` and caps the result. Invalid arguments
- * and tool failures are results with `isError`; an unknown tool (`tools.unknown_tool`) or a
- * sandbox that cannot be reached is thrown, since the model cannot fix either.
+ * sandbox of the call's mode exists, executes inside span `tool.<name>` and caps the result.
+ * Invalid arguments, tool failures and calls asking for a mode they were not given are results
+ * with `isError`; an unknown tool (`tools.unknown_tool`), an unknown mode
+ * (`tools.bad_sandbox_mode`) or a sandbox that cannot be reached is thrown, since the model
+ * cannot fix any of them.
  */
 export async function callTool(request: CallToolRequest, context: CallToolContext): Promise<CallToolResponse> {
   const started = performance.now();
@@ -67,6 +76,7 @@ export async function callTool(request: CallToolRequest, context: CallToolContex
 }
 
 async function runTool(tool: Tool, request: CallToolRequest, context: CallToolContext): Promise<{ content: string; isError: boolean }> {
+  const mode = parseSandboxMode(request.sandboxMode);
   let json: unknown;
   try {
     json = JSON.parse(request.arguments || "{}");
@@ -78,14 +88,19 @@ async function runTool(tool: Tool, request: CallToolRequest, context: CallToolCo
     const problems = parsed.error.issues.map((issue) => `${issue.path.join(".") || "arguments"}: ${issue.message}`);
     return { content: `Invalid arguments for ${tool.name}: ${problems.join("; ")}`, isError: true };
   }
-  await context.sandbox.ensure({
-    sessionId: request.sessionId,
-    tenant: request.tenant,
-    workspace: request.workspace,
-    mode: request.sandboxMode,
-  });
+  // Only the loop grants a wider mode (after approval), by sending it as the call's mode; a call
+  // that asks for a mode it was not given never runs, whatever else it is given.
+  const requested = (parsed.data as { sandbox_permissions?: string }).sandbox_permissions;
+  if (requested !== undefined && requested !== mode) {
+    return { content: `Not run: this call asks for sandbox_permissions ${requested} but was given sandbox mode ${mode}; only an approved escalation runs under a wider mode.`, isError: true };
+  }
+  await context.sandbox.ensure({ sessionId: request.sessionId, tenant: request.tenant, workspace: request.workspace, mode });
   try {
-    const content = await tool.execute(parsed.data, { sessionId: request.sessionId, callId: request.callId, signal: context.signal, sandbox: context.sandbox });
+    const address = { tenant: request.tenant, sessionId: request.sessionId };
+    const content = await tool.execute(parsed.data, {
+      sessionId: request.sessionId, callId: request.callId, signal: context.signal, sandbox: context.sandbox, mode,
+      spilled: (callId) => context.spills.get(address, callId),
+    });
     return { content, isError: false };
   } catch (error) {
     if (error instanceof ToolError) return { content: error.message, isError: true };
@@ -93,18 +108,22 @@ async function runTool(tool: Tool, request: CallToolRequest, context: CallToolCo
   }
 }
 
-/** Cuts `text` over MAX_RESULT_CHARS to its head and tail around a note of how much was left out. */
+/** Cuts `text` over MAX_RESULT_BYTES (UTF-8) to its head and tail around a note of how many bytes were left out. */
 export function capResult(text: string): string {
-  if (text.length <= MAX_RESULT_CHARS) return text;
-  // The note's length depends on the count it states; a 12-character bound on the number keeps the total under the cap.
-  const budget = MAX_RESULT_CHARS - noteFor(10 ** 12).length;
-  const head = Math.floor(budget * 0.8);
-  const tail = budget - head;
-  return text.slice(0, head) + noteFor(text.length - head - tail) + text.slice(text.length - tail);
+  const bytes = Buffer.from(text, "utf8");
+  if (bytes.length <= MAX_RESULT_BYTES) return text;
+  // The note's length depends on the count it states; a 12-digit bound on the number keeps the total under the cap.
+  const budget = MAX_RESULT_BYTES - Buffer.byteLength(noteFor(10 ** 12));
+  let headEnd = Math.floor(budget * 0.8);
+  let tailStart = bytes.length - (budget - headEnd);
+  // Cut on character boundaries: never inside a multi-byte sequence (continuation bytes are 10xxxxxx).
+  while (headEnd > 0 && (bytes[headEnd]! & 0xc0) === 0x80) headEnd--;
+  while (tailStart < bytes.length && (bytes[tailStart]! & 0xc0) === 0x80) tailStart++;
+  return bytes.toString("utf8", 0, headEnd) + noteFor(tailStart - headEnd) + bytes.toString("utf8", tailStart);
 }
 
 function noteFor(omitted: number): string {
-  return `\n\n... [${omitted} characters left out] ...\n\n`;
+  return `\n\n... [${omitted} bytes left out] ...\n\n`;
 }
 
 /** A tool's wire form: JSON Schema of the arguments the model writes, in a stable serialization. */

@@ -1,7 +1,9 @@
 import { assertToken, Bus, TackError } from "@tack/bus";
+import { SpillBucket } from "@tack/log";
 import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
 import { callTool, listTools } from "./registry.js";
 import { BusSandboxClient } from "./sandbox.js";
+import type { SpillReader } from "./tool.js";
 
 /** How to start a tools service. */
 export interface ToolsServiceOptions {
@@ -22,7 +24,8 @@ const QUEUE = "tools";
 
 /**
  * Connects to the bus and serves `tools.list` and `tools.call` in queue group `tools`; every
- * file and shell operation goes to the session's sandbox through the sandbox service.
+ * file and shell operation goes to the session's sandbox through the sandbox service, and
+ * `read` of a spilled result goes to the spill bucket in the object store.
  */
 export async function startToolsService(options: ToolsServiceOptions): Promise<ToolsService> {
   const namespace = options.namespace ?? "tack";
@@ -34,6 +37,14 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
   }
   const bus = await Bus.connect({ url: options.natsUrl, namespace, name: "tack-tools" });
   const sandbox = new BusSandboxClient(bus);
+  // The loop creates the spill bucket at its first spill; until then there is nothing to read.
+  let bucket: SpillBucket | undefined;
+  const spills: SpillReader = {
+    async get(address, callId) {
+      bucket ??= await SpillBucket.open(bus.nc, bus.names);
+      return bucket?.get(address, callId);
+    },
+  };
   const stopping = new AbortController();
   const inFlight = new Set<Promise<unknown>>();
   const track = <T>(promise: Promise<T>): Promise<T> => {
@@ -45,7 +56,7 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
   const subscriptions = [
     bus.serve(bus.names.toolsList, QUEUE, ListToolsRequest, ListToolsResponse, async (request) => ({ tools: listTools(request.mode) })),
     bus.serve(bus.names.toolsCall, QUEUE, CallToolRequest, CallToolResponse, (request) =>
-      track(callTool(request, { sandbox, signal: stopping.signal })),
+      track(callTool(request, { sandbox, spills, signal: stopping.signal })),
     ),
   ];
 

@@ -1,4 +1,5 @@
 import type { z } from "zod";
+import type { SandboxMode } from "./permissions.js";
 import type { SandboxClient } from "./sandbox.js";
 
 /** What a tool's `execute` may use besides its arguments. */
@@ -11,6 +12,16 @@ export interface ToolContext {
   readonly signal: AbortSignal;
   /** The only way a tool reaches files or processes: the session's sandbox. */
   readonly sandbox: SandboxClient;
+  /** Sandbox mode this call runs under (the loop's decision); every exec goes to that mode's container. */
+  readonly mode: SandboxMode;
+  /** The whole result of call `callId` of this same session that the loop spilled to the object store; undefined when there is none. */
+  spilled(callId: string): Promise<Uint8Array | undefined>;
+}
+
+/** Where the tools service finds results the loop spilled (in production the log's `SpillBucket`). */
+export interface SpillReader {
+  /** The whole spilled result of call `callId` of the session at `address`, or undefined when that session spilled none under that id. */
+  get(address: { readonly tenant: string; readonly sessionId: string }, callId: string): Promise<Uint8Array | undefined>;
 }
 
 /**

@@ -3,6 +3,7 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Bus, TackError } from "@tack/bus";
+import { SpillBucket } from "@tack/log";
 import { CallToolRequest, CallToolResponse, EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { startToolsService, type ToolsService } from "../src/index.js";
@@ -33,17 +34,18 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
+  await (await SpillBucket.open(client.nc, client.names))?.destroy();
   await service.stop();
   await client.close();
   await sandboxResponder.close();
   await rm(root, { recursive: true, force: true });
 });
 
-const call = (name: string, args: unknown) =>
+const call = (name: string, args: unknown, sessionId = "s1") =>
   client.request(
     client.names.toolsCall,
     CallToolRequest,
-    { sessionId: "s1", tenant: "t1", callId: "c1", name, arguments: JSON.stringify(args), workspace: root, sandboxMode: "workspace-write" },
+    { sessionId, tenant: "t1", callId: "c1", name, arguments: JSON.stringify(args), workspace: root, sandboxMode: "workspace-write" },
     CallToolResponse,
   );
 
@@ -67,6 +69,17 @@ describe("bus", () => {
     const result = await call("bash", { command: "cat notes/hello.txt; exit 2" });
     expect(result).toMatchObject({ isError: true, content: "hello\nexit code: 2" });
     expect(result.durationMs).toBeGreaterThan(0);
+  });
+
+  it("bus - read of a tack-spill path reads the session's result from the object store, and only that session's", async () => {
+    const notFound = (path: string) => ({ isError: true, content: `No spilled result ${path} in this session; use the exact path given in the note of the shortened tool result` });
+    // Before anything was spilled in the namespace there is no bucket at all.
+    expect(await call("read", { path: "tack-spill:big" })).toMatchObject(notFound("tack-spill:big"));
+    const bucket = await SpillBucket.ensure(client.nc, client.names);
+    const text = Array.from({ length: 5000 }, (_, i) => `row ${i + 1} ${"z".repeat(20)}`).join("\n");
+    await bucket.put({ tenant: "t1", sessionId: "s1" }, "big", Buffer.from(text));
+    expect(await call("read", { path: "tack-spill:big", offset: 4999 })).toMatchObject({ isError: false, content: `  4999\trow 4999 ${"z".repeat(20)}\n  5000\trow 5000 ${"z".repeat(20)}` });
+    expect(await call("read", { path: "tack-spill:big" }, "s2")).toMatchObject(notFound("tack-spill:big"));
   });
 
   it("bus - tools.call with an unknown tool answers tools.unknown_tool", async () => {

@@ -2,7 +2,7 @@ import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-ho
 import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-node";
 import { TackError } from "@tack/bus";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { capResult, listTools, MAX_RESULT_CHARS } from "../src/registry.js";
+import { capResult, listTools, MAX_RESULT_BYTES } from "../src/registry.js";
 import { makeWorkspace, type Workspace } from "./support/call.js";
 
 let ws: Workspace;
@@ -67,28 +67,44 @@ describe("calling", () => {
     expect(result.durationMs).toBeGreaterThanOrEqual(200);
   });
 
-  it("registry - caps long results once for every tool", async () => {
-    const result = await ws.call("bash", { command: "head -c 120000 /dev/zero | tr '\\0' a; echo; echo END" });
-    expect(result.content.length).toBeLessThanOrEqual(MAX_RESULT_CHARS);
+  it("registry - caps long results once for every tool, at what one bus message carries", async () => {
+    // Each stream comes back at most 400,000 bytes, so both full streams plus the exit line pass the cap.
+    const result = await ws.call("bash", { command: "head -c 500000 /dev/zero | tr '\\0' a; head -c 500000 /dev/zero | tr '\\0' b >&2" });
+    expect(Buffer.byteLength(result.content)).toBeLessThanOrEqual(MAX_RESULT_BYTES);
     expect(result.content).toMatch(/^a{1000}/);
-    expect(result.content).toMatch(/\n\n\.\.\. \[\d+ characters left out\] \.\.\.\n\n/);
-    expect(result.content).toMatch(/END\nexit code: 0$/);
+    expect(result.content).toMatch(/\n\n\.\.\. \[\d+ bytes left out\] \.\.\.\n\n/);
+    expect(result.content).toMatch(/b{1000}\n\(output cut after 400000 bytes per stream; [^)]*\)\nexit code: 0$/);
+  });
+
+  it("registry - a result far over the log's spill threshold still comes back whole", async () => {
+    const result = await ws.call("bash", { command: "head -c 120000 /dev/zero | tr '\\0' a; echo; echo END" });
+    expect(result.content).toBe(`${"a".repeat(120_000)}\nEND\nexit code: 0`);
   });
 });
 
 describe("capResult", () => {
   it("capResult - keeps short text as it is", () => {
     expect(capResult("short")).toBe("short");
-    expect(capResult("x".repeat(MAX_RESULT_CHARS))).toBe("x".repeat(MAX_RESULT_CHARS));
+    expect(capResult("x".repeat(MAX_RESULT_BYTES))).toBe("x".repeat(MAX_RESULT_BYTES));
   });
 
-  it("capResult - keeps head and tail and counts what was left out", () => {
-    const text = "h".repeat(60_000) + "t".repeat(60_000);
+  it("capResult - keeps head and tail and counts the bytes left out", () => {
+    const text = "h".repeat(900_000) + "t".repeat(900_000);
     const capped = capResult(text);
-    expect(capped.length).toBeLessThanOrEqual(MAX_RESULT_CHARS);
-    const match = /^(h+)\n\n\.\.\. \[(\d+) characters left out\] \.\.\.\n\n(t+)$/.exec(capped);
+    expect(Buffer.byteLength(capped)).toBeLessThanOrEqual(MAX_RESULT_BYTES);
+    const match = /^(h+)\n\n\.\.\. \[(\d+) bytes left out\] \.\.\.\n\n(t+)$/.exec(capped);
     expect(match).not.toBeNull();
     expect(match![1]!.length + Number(match![2]) + match![3]!.length).toBe(text.length);
+  });
+
+  it("capResult - measures UTF-8 bytes and never cuts inside a character", () => {
+    const text = "é".repeat(500_000); // 1,000,000 bytes, 2 per character
+    const capped = capResult(text);
+    expect(Buffer.byteLength(capped)).toBeLessThanOrEqual(MAX_RESULT_BYTES);
+    expect(capped).not.toContain("\uFFFD");
+    const match = /^(é+)\n\n\.\.\. \[(\d+) bytes left out\] \.\.\.\n\n(é+)$/.exec(capped);
+    expect(match).not.toBeNull();
+    expect(Buffer.byteLength(match![1]!) + Number(match![2]) + Buffer.byteLength(match![3]!)).toBe(1_000_000);
   });
 });
 

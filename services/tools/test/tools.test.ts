@@ -1,6 +1,7 @@
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { spillObjectName } from "@tack/log";
 import { makeWorkspace, type Workspace } from "./support/call.js";
 
 let ws: Workspace;
@@ -66,6 +67,34 @@ describe("read", () => {
   it("read - an empty file says so", async () => {
     await writeFile(join(ws.root, "empty.txt"), "");
     expect(await ws.call("read", { path: "empty.txt" })).toMatchObject({ content: "(empty.txt is empty)", isError: false });
+  });
+});
+
+describe("read a spilled result", () => {
+  const spill = (callId: string, text: string, sessionId = "s1", tenant = "t1") =>
+    ws.spilled.set(spillObjectName({ tenant, sessionId }, callId), Buffer.from(text, "utf8"));
+
+  it("read - a tack-spill path reads the session's spilled result exactly as the same text in a file reads", async () => {
+    const text = `${lines(3000)}${"w".repeat(2500)}\n\nlast`;
+    spill("call_7", text);
+    await writeFile(join(ws.root, "same.txt"), text);
+    for (const window of [{}, { offset: 2990, limit: 5 }, { offset: 2001 }, { offset: 3001 }, { offset: 3003 }]) {
+      const fromSpill = await ws.call("read", { path: "tack-spill:call_7", ...window });
+      const fromFile = await ws.call("read", { path: "same.txt", ...window });
+      expect(fromSpill).toMatchObject({ isError: false, content: fromFile.content });
+    }
+    const past = await ws.call("read", { path: "tack-spill:call_7", offset: 4000 });
+    expect(past).toMatchObject({ isError: true, content: "offset 4000 is past the end of tack-spill:call_7, which has 3003 lines" });
+  });
+
+  it("read - another session's spilled result, or one that does not exist, is not found", async () => {
+    spill("call_7", "secret of s2\n", "s2");
+    spill("call_8", "secret of another tenant\n", "s1", "t2");
+    for (const callId of ["call_7", "call_8", "nothing"]) {
+      expect(await ws.call("read", { path: `tack-spill:${callId}` })).toMatchObject({
+        isError: true, content: `No spilled result tack-spill:${callId} in this session; use the exact path given in the note of the shortened tool result`,
+      });
+    }
   });
 });
 

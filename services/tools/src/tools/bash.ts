@@ -1,15 +1,23 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
+import { denialLines, denies, escalationParameters, type Denied, type SandboxMode } from "../permissions.js";
 import { defineTool, ToolError } from "../tool.js";
-import { exec, MAX_STREAM_BYTES } from "./exec.js";
+import { exec, MAX_STREAM_BYTES, type ExecResult } from "./exec.js";
 import { argvString } from "./files.js";
 
 const DEFAULT_TIMEOUT_MS = 60_000;
 const MAX_TIMEOUT_MS = 600_000;
 
+/** How each kind of denial shows in a command's output: the errors the OS and common tools print. */
+const DENIAL_SIGNS: Record<Denied, RegExp> = {
+  writes: /Read-only file system/,
+  network: /Network is unreachable|Could not resolve host|Temporary failure in name resolution|EAI_AGAIN/,
+};
+
 /**
  * bash: runs a command with `bash -lc` in /workspace. The text always ends with `exit code: N`;
  * a non-zero exit or a timeout is also flagged `is_error`, so both the model and a UI see it.
+ * When the output shows that the sandbox mode denied something, the two denial lines follow.
  */
 export const bash = defineTool({
   name: "bash",
@@ -18,6 +26,7 @@ export const bash = defineTool({
     command: argvString("The command to run"),
     timeout_ms: z.number().int().min(1).max(MAX_TIMEOUT_MS).default(DEFAULT_TIMEOUT_MS).describe("Kill the command after this many milliseconds"),
     description: z.string().optional().describe("What the command does, in 5-10 words"),
+    ...escalationParameters,
   }),
   async execute({ command, timeout_ms }, ctx) {
     const result = await exec(ctx, ["bash", "-lc", command], { timeoutMs: timeout_ms });
@@ -27,8 +36,19 @@ export const bash = defineTool({
     if (result.truncated) parts.push(`(output cut after ${MAX_STREAM_BYTES} bytes per stream; redirect it to a file and read that instead)`);
     if (result.timedOut) parts.push(`timed out after ${timeout_ms} ms`);
     parts.push(`exit code: ${result.exitCode}`);
+    const denied = deniedBy(ctx.mode, result);
+    if (denied.length > 0) parts.push(denialLines(ctx.mode, denied));
     const text = parts.join("\n");
-    if (result.exitCode !== 0 || result.timedOut) throw new ToolError(text);
+    if (result.exitCode !== 0 || result.timedOut || denied.length > 0) throw new ToolError(text);
     return text;
   },
 });
+
+/**
+ * What `mode` denied this command, judged from its output: stderr always counts, stdout only
+ * when the command failed (so that printing a file that mentions such an error is not a denial).
+ */
+function deniedBy(mode: SandboxMode, result: ExecResult): Denied[] {
+  const output = result.exitCode === 0 ? result.stderr : `${result.stdout}\n${result.stderr}`;
+  return (Object.keys(DENIAL_SIGNS) as Denied[]).filter((what) => denies(mode, what) && DENIAL_SIGNS[what].test(output));
+}

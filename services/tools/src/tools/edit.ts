@@ -1,9 +1,10 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
+import { escalationParameters } from "../permissions.js";
 import { defineTool, ToolError } from "../tool.js";
-import { argvString, readWholeFile, writeWholeFile } from "./files.js";
+import { argvString, readWholeFile, requireWritable, writeWholeFile } from "./files.js";
 
-/** edit: exact string replacement in a file, done here between a whole-file read and write. */
+/** edit: exact string replacement in a file, done here between a whole-file read and write; denied before running in read-only mode. */
 export const edit = defineTool({
   name: "edit",
   description: readFileSync(new URL("./edit.txt", import.meta.url), "utf8").trim(),
@@ -12,8 +13,10 @@ export const edit = defineTool({
     old_string: z.string().min(1).describe("Exact text to replace, including whitespace and indentation"),
     new_string: z.string().describe("Text to put in its place"),
     replace_all: z.boolean().default(false).describe("Replace every occurrence instead of exactly one"),
+    ...escalationParameters,
   }),
   async execute({ path, old_string, new_string, replace_all }, ctx) {
+    requireWritable(ctx, `editing ${path}`);
     if (old_string === new_string) throw new ToolError("old_string and new_string are identical; nothing to change");
     const content = await readWholeFile(ctx, path);
     const parts = content.split(old_string);

@@ -19,7 +19,7 @@ export interface ExecResult {
   readonly truncated: boolean;
 }
 
-/** Runs `argv` in the session's sandbox, in /workspace, with `stdin` written and closed. */
+/** Runs `argv` in the session's sandbox container of the call's mode, in /workspace, with `stdin` written and closed. */
 export async function exec(
   ctx: ToolContext,
   argv: string[],
@@ -33,6 +33,7 @@ export async function exec(
       cwd: WORKSPACE,
       timeoutMs: options.timeoutMs ?? FILE_TIMEOUT_MS,
       maxOutputBytes: MAX_STREAM_BYTES,
+      mode: ctx.mode,
     }),
     ctx.signal,
   );

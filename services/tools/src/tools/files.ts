@@ -1,5 +1,6 @@
 import { posix } from "node:path";
 import { z } from "zod";
+import { denialLines, denies } from "../permissions.js";
 import { ToolError, type ToolContext } from "../tool.js";
 import { exec, MAX_STREAM_BYTES, WORKSPACE, type ExecResult } from "./exec.js";
 
@@ -46,4 +47,9 @@ export async function writeWholeFile(ctx: ToolContext, path: string, content: st
   const script = '[ -d "$1" ] && exit 4; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"';
   const result = await exec(ctx, ["bash", "-c", script, "write", sandboxPath(path)], { stdin: content });
   if (result.exitCode !== 0 || result.timedOut) throw fileFailure(result, path, "write");
+}
+
+/** Throws the denial (before anything runs) when the call's mode does not allow writing files; `what` names the operation. */
+export function requireWritable(ctx: ToolContext, what: string): void {
+  if (denies(ctx.mode, "writes")) throw new ToolError(denialLines(ctx.mode, ["writes"], what));
 }

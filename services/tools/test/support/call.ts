@@ -1,6 +1,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { spillObjectName } from "@tack/log";
 import type { CallToolResponse } from "@tack/proto";
 import { callTool } from "../../src/registry.js";
 import { LocalSandboxClient } from "./local-sandbox.js";
@@ -9,8 +10,10 @@ import { LocalSandboxClient } from "./local-sandbox.js";
 export interface Workspace {
   readonly root: string;
   readonly sandbox: LocalSandboxClient;
-  /** Calls tool `name`; `args` is sent as JSON unless it is already a string. */
-  call(name: string, args: unknown): Promise<CallToolResponse>;
+  /** In-memory stand-in for the spill bucket, by object name (the real bucket is tested in bus.test.ts). */
+  readonly spilled: Map<string, Uint8Array>;
+  /** Calls tool `name` under sandbox mode `mode` (default workspace-write); `args` is sent as JSON unless it is already a string. */
+  call(name: string, args: unknown, mode?: string): Promise<CallToolResponse>;
   remove(): Promise<void>;
 }
 
@@ -19,10 +22,13 @@ export async function makeWorkspace(): Promise<Workspace> {
   const root = await mkdtemp(join(tmpdir(), "tack-tools-"));
   const sandbox = new LocalSandboxClient(root);
   const signal = new AbortController().signal;
+  const spilled = new Map<string, Uint8Array>();
+  const spills = { get: async (address: { tenant: string; sessionId: string }, callId: string) => spilled.get(spillObjectName(address, callId)) };
   return {
     root,
     sandbox,
-    call: (name, args) =>
+    spilled,
+    call: (name, args, mode = "workspace-write") =>
       callTool(
         {
           sessionId: "s1",
@@ -31,9 +37,9 @@ export async function makeWorkspace(): Promise<Workspace> {
           name,
           arguments: typeof args === "string" ? args : JSON.stringify(args),
           workspace: root,
-          sandboxMode: "workspace-write",
+          sandboxMode: mode,
         },
-        { sandbox, signal },
+        { sandbox, spills, signal },
       ),
     remove: () => rm(root, { recursive: true, force: true }),
   };

@@ -9,11 +9,14 @@ const WORKSPACE = "/workspace";
 /**
  * Unit-test SandboxClient: runs argv with child_process on this host, with `root` standing
  * in for the container's /workspace (as the working directory; argv is passed unchanged, so
- * tests use relative paths). It isolates nothing, so it never leaves the test directory.
+ * tests use relative paths). It isolates nothing and ignores the mode, so tests fake what a mode
+ * denies by printing its error, and it never leaves the test directory.
  */
 export class LocalSandboxClient implements SandboxClient {
   /** Every ensure request received, for assertions. */
   readonly ensured: EnsureSandboxRequest[] = [];
+  /** Every exec request received, for assertions. */
+  readonly executed: ExecRequest[] = [];
   readonly #root: string;
 
   constructor(root: string) {
@@ -27,6 +30,7 @@ export class LocalSandboxClient implements SandboxClient {
 
   exec(request: ExecRequest, signal: AbortSignal): Promise<ExecResponse> {
     if (signal.aborted) return Promise.reject(cancelledError());
+    this.executed.push(request);
     const started = performance.now();
     const cwd = request.cwd || WORKSPACE;
     const hostCwd = cwd === WORKSPACE ? this.#root : cwd.startsWith(`${WORKSPACE}/`) ? join(this.#root, cwd.slice(WORKSPACE.length)) : cwd;
