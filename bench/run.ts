@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
-import { draft, FORMAT_VERSION, readAll, SessionLogWriter, timestampMs } from "@tack/log";
+import { draft, FORMAT_VERSION, readAll, SessionLogWriter, timestampMs, SpillBucket } from "@tack/log";
 import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse, type Event } from "@tack/proto";
 import { startLoopService } from "@tack/loop-service";
 import { startLlmService } from "@tack/llm-service";
@@ -133,6 +133,7 @@ async function main(): Promise<void> {
     const jsm = await jetstreamManager(bus.nc);
     await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
     await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
+    await (await SpillBucket.open(bus.nc, bus.names).catch(() => undefined))?.destroy().catch(() => undefined);
     await bus.close();
     rmSync(work, { recursive: true, force: true });
   }

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
+import { SpillBucket } from "@tack/log";
 import { launch, type Launched } from "@tack/cli";
 import { RECOVERY_TEXT } from "@tack/loop-service";
 
@@ -101,6 +102,7 @@ afterAll(async () => {
   const jsm = await jetstreamManager(bus.nc);
   await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
   await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
+  await (await SpillBucket.open(bus.nc, bus.names).catch(() => undefined))?.destroy().catch(() => undefined);
   await bus.close();
   try {
     const ids = execFileSync("docker", ["ps", "-aq", "--filter", `label=tack.namespace=${namespace}`]).toString().split("\n").filter(Boolean);
