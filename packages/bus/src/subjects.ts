@@ -6,6 +6,7 @@ export interface Names {
   readonly namespace: string;
   readonly llmComplete: string;
   readonly llmCheck: string;
+  readonly llmEstimate: string;
   readonly toolsCall: string;
   readonly toolsList: string;
   readonly sandboxEnsure: string;
@@ -25,6 +26,8 @@ export interface Names {
   readonly leaseBucket: string;
   /** Object store bucket holding spilled tool results and other large payloads. */
   readonly spillBucket: string;
+  /** KV bucket of money spent per tenant (USD), for tenant budgets and the usage API. */
+  readonly spendBucket: string;
 }
 
 const TOKEN = /^[a-z0-9][a-z0-9_-]*$/;
@@ -44,6 +47,7 @@ export function names(namespace = "tack"): Names {
     namespace,
     llmComplete: `${namespace}.llm.complete`,
     llmCheck: `${namespace}.llm.check`,
+    llmEstimate: `${namespace}.llm.estimate`,
     toolsCall: `${namespace}.tools.call`,
     toolsList: `${namespace}.tools.list`,
     sandboxEnsure: `${namespace}.sandbox.ensure`,
@@ -59,5 +63,6 @@ export function names(namespace = "tack"): Names {
     logStream: `${upper}_LOG`,
     leaseBucket: `${upper}_LEASES`,
     spillBucket: `${upper}_SPILL`,
+    spendBucket: `${upper}_SPEND`,
   };
 }

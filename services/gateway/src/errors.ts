@@ -31,6 +31,7 @@ const CALLER_ERROR_STATUS: Record<string, number> = {
   "loop.session_exists": 409,
   "loop.busy": 409,
   "loop.session_busy": 409,
+  "loop.bad_budget": 400,
   "loop.bad_decision": 400,
   "loop.no_pending_approval": 404,
   "llm.unknown_model": 400,

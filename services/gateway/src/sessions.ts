@@ -1,15 +1,17 @@
 import { stat } from "node:fs/promises";
 import { isAbsolute, resolve } from "node:path";
-import { JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
+import type { JetStreamManager } from "@nats-io/jetstream";
 import { z } from "zod";
 import { TackError, type Bus, type Codec } from "@tack/bus";
-import { CreateSessionRequest, CreateSessionResponse, Event, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { readAll } from "@tack/log";
 import { readJson } from "./body.js";
 import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
 import { sendJson, type Exchange, type Handler } from "./http.js";
 import type { CompiledOptions } from "./options.js";
 import type { SessionIndex, SessionRow } from "./store.js";
+import { sessionUsage } from "./usage.js";
 
 /** What the route handlers work with. */
 export interface GatewayContext {
@@ -32,6 +34,7 @@ const CreateSessionBody = z.strictObject({
   sandbox_mode: z.enum(["read-only", "workspace-write", "danger-full-access"]).default("workspace-write"),
   approval_policy: z.enum(["ask", "never"]).default("ask"),
   title: z.string().max(200, "must be at most 200 characters").default(""),
+  budget_usd: z.number().positive("must be a positive amount of US dollars").optional(),
 });
 
 const SubmitMessageBody = z.strictObject({
@@ -73,7 +76,7 @@ export function createSession(context: GatewayContext): Handler {
     const tenant = exchange.tenant!;
     const { bus } = context;
     const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
-      tenant, mode: body.mode, model: body.model, workspace, sandboxMode: body.sandbox_mode, approvalPolicy: body.approval_policy, title: body.title,
+      tenant, mode: body.mode, model: body.model, workspace, sandboxMode: body.sandbox_mode, approvalPolicy: body.approval_policy, title: body.title, budgetUsd: body.budget_usd ?? 0,
     }), CreateSessionResponse, { timeoutMs: context.options.loopTimeoutMs });
     const at = timestamp();
     const row: SessionRow = {
@@ -99,17 +102,12 @@ export function listSessions(context: GatewayContext): Handler {
   };
 }
 
-/** `GET /v1/sessions/:id`: the index row plus the seq of the last logged event. */
+/** `GET /v1/sessions/:id`: the index row, the seq of the last logged event, and money and tokens (total and per turn) from the log. */
 export function getSession(context: GatewayContext): Handler {
   return async (exchange) => {
     const row = await requireSession(context, exchange);
-    const { bus, jsm } = context;
-    const last = await jsm.streams.getMessage(bus.names.logStream, { last_by_subj: bus.names.logSubject(row.tenant, row.id) }).catch((error: unknown) => {
-      // 10037: no message on the subject, i.e. an empty log.
-      if (error instanceof JetStreamApiError && error.code === 10037) return null;
-      throw error;
-    });
-    sendJson(exchange.res, 200, { ...sessionJson(context, row), last_seq: last ? Event.decode(last.data).seq : 0 });
+    const events = await readAll(context.bus.nc, context.bus.names, { tenant: row.tenant, sessionId: row.id });
+    sendJson(exchange.res, 200, { ...sessionJson(context, row), last_seq: events.at(-1)?.seq ?? 0, usage: sessionUsage(events) });
   };
 }
 

@@ -1,6 +1,6 @@
 import { trace } from "@opentelemetry/api";
 import { Bus, inSpan, serveStream, TackError } from "@tack/bus";
-import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice } from "@tack/proto";
+import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice, EstimateCostRequest, EstimateCostResponse } from "@tack/proto";
 import { ANTHROPIC_BASE_URL, anthropicProvider } from "./anthropic.js";
 import { loadCredentials } from "./credentials.js";
 import { DEEPSEEK_BASE_URL, deepseekProvider } from "./deepseek.js";
@@ -68,6 +68,12 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
     const resolved = registry.resolve(request.model);
     await resolved.provider.check();
     return { provider: resolved.providerName };
+  });
+
+  bus.serve(bus.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async (request) => {
+    const usage = { inputMissTokens: request.inputTokens, inputHitTokens: 0, outputTokens: request.outputTokens, reasoningTokens: 0 };
+    const price = priceFor(request.model, usage, new Date(), prices);
+    return { costUsd: price.costUsd, priceWindow: price.window };
   });
 
   serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (request, writer) => {

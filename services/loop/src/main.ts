@@ -12,16 +12,17 @@ await runMain("loop", async () => {
     ...(process.env.TACK_LEASE_TTL_MS ? { leaseTtlMs: Number(process.env.TACK_LEASE_TTL_MS) } : {}),
     ...(process.env.TACK_APPROVAL_TIMEOUT_MS ? { approvalTimeoutMs: Number(process.env.TACK_APPROVAL_TIMEOUT_MS) } : {}),
     ...(process.env.TACK_CONTEXT_WINDOW_TOKENS ? { contextWindowTokens: Number(process.env.TACK_CONTEXT_WINDOW_TOKENS) } : {}),
-    ...(process.env.TACK_CONTEXT_WINDOWS ? { contextWindows: contextWindows(process.env.TACK_CONTEXT_WINDOWS) } : {}),
+    ...(process.env.TACK_CONTEXT_WINDOWS ? { contextWindows: jsonObject("TACK_CONTEXT_WINDOWS", process.env.TACK_CONTEXT_WINDOWS, '{"deepseek:deepseek-v4-flash": 1000000}') } : {}),
+    ...(process.env.TACK_TENANT_BUDGETS ? { tenantBudgets: jsonObject("TACK_TENANT_BUDGETS", process.env.TACK_TENANT_BUDGETS, '{"local": 25}') } : {}),
   });
   return { stop: async () => { await service.stop(); await telemetry.shutdown(); } };
 });
 
-/** TACK_CONTEXT_WINDOWS: a JSON object of model reference to window in tokens (the values are checked by the loop's options). */
-function contextWindows(json: string): Record<string, number> {
+/** A JSON object of names to numbers from an environment variable (the values are checked by the loop's options). */
+function jsonObject(variable: string, json: string, example: string): Record<string, number> {
   try {
     return JSON.parse(json) as Record<string, number>;
   } catch {
-    throw new ConfigError(`TACK_CONTEXT_WINDOWS is not JSON; write an object like {"deepseek:deepseek-v4-flash": 1000000}`);
+    throw new ConfigError(`${variable} is not JSON; write an object like ${example}`);
   }
 }

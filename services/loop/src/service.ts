@@ -10,6 +10,7 @@ import {
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
 import { APPROVAL_POLICIES, DECISIONS, SANDBOX_MODES, type Decision } from "./approvals.js";
+import { Budgets } from "./budget.js";
 import { Leases } from "./lease.js";
 import { MODES, SessionRuntime, type LoopSettings } from "./session.js";
 
@@ -27,6 +28,8 @@ const Options = z.object({
   chunkPack: z.number().int().min(1).default(64),
   /** How long an approval waits for a person before it ends as unavailable; 0 = no one can answer, so escalations are denied at once. */
   approvalTimeoutMs: z.number().int().min(0).max(7 * 24 * 3_600_000).default(600_000),
+  /** Spending limit per tenant in USD (tenants not listed have none). */
+  tenantBudgets: z.record(z.string(), z.number().positive()).default({}),
   logReplicas: z.number().int().min(1).default(1),
   /** Tool results over this many UTF-8 bytes go whole to the object store; the model sees a preview and how to read the rest. */
   spillBytes: z.number().int().min(1_000).max(800_000).default(50_000),
@@ -74,6 +77,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   await ensureLogStream(bus.nc, bus.names, { replicas: o.logReplicas });
   const owner = `loop-${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
   const leases = await Leases.open(bus.nc, bus.names, owner, o.leaseTtlMs);
+  const budgets = new Budgets(bus, o.tenantBudgets);
   const settings: LoopSettings = {
     stepLimit: o.stepLimit, parallelToolCalls: o.parallelToolCalls, toolTimeoutMs: o.toolTimeoutMs, llmIdleTimeoutMs: o.llmIdleTimeoutMs,
     temperature: o.temperature, maxTokens: o.maxTokens, chunkPack: o.chunkPack, approvalTimeoutMs: o.approvalTimeoutMs,
@@ -135,7 +139,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       const { lease, previousOwner } = await leases.claim(key, waitMs);
       let runtime: SessionRuntime;
       try {
-        runtime = await SessionRuntime.load({ bus, leases, settings, log, spills, onIdle: forget }, tenant, sessionId, lease);
+        runtime = await SessionRuntime.load({ bus, leases, settings, log, spills, budgets, onIdle: forget }, tenant, sessionId, lease);
       } catch (error) {
         await leases.release(lease);
         throw error;
@@ -170,6 +174,9 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     if (!(APPROVAL_POLICIES as readonly string[]).includes(approvalPolicy)) {
       throw new TackError("loop.bad_approval_policy", `approval policy ${JSON.stringify(approvalPolicy)} is unknown; use one of: ${APPROVAL_POLICIES.join(", ")}`);
     }
+    if (!(req.budgetUsd >= 0) || !Number.isFinite(req.budgetUsd)) {
+      throw new TackError("loop.bad_budget", `budget ${req.budgetUsd} is not a positive amount of US dollars; leave it out (or 0) for no budget`);
+    }
     if (!req.model) throw new TackError("loop.missing_model", "no model given; use e.g. deepseek:deepseek-chat or scripted:/path/script.json");
     if (!req.workspace.startsWith("/")) throw new TackError("loop.bad_workspace", `workspace ${JSON.stringify(req.workspace)} must be an absolute path`);
     // Fail at creation, not at the first step, when the model cannot be used (unknown, no key, bad script).
@@ -182,7 +189,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     });
     const runtime = await acquire(tenant, sessionId, 0);
     try {
-      await runtime.create({ sessionId, tenant, mode, model: req.model, workspace: req.workspace, formatVersion: FORMAT_VERSION, title: req.title }, sandboxMode, approvalPolicy);
+      await runtime.create({ sessionId, tenant, mode, model: req.model, workspace: req.workspace, formatVersion: FORMAT_VERSION, title: req.title, budgetUsd: req.budgetUsd }, sandboxMode, approvalPolicy);
     } finally {
       forget(runtime);
     }

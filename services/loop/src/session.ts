@@ -13,6 +13,7 @@ import {
   approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, PendingApprovals, planCalls, sandboxModeOf, type CallPlan, type DecidedPlan, type Decision,
 } from "./approvals.js";
 import { Compactor, type CompactionSettings } from "./compaction.js";
+import { sessionSpend, type Budgets } from "./budget.js";
 import type { Lease, Leases } from "./lease.js";
 
 /** Settings of the turn loop, validated once by the service. */
@@ -42,6 +43,8 @@ export interface SessionDeps {
   readonly log: Logger;
   /** The object store bucket for spilled tool results (created at the first spill). */
   readonly spills: () => Promise<SpillBucket>;
+  /** Session and tenant budgets, checked before every model call. */
+  readonly budgets: Budgets;
   /** Called when the session ends its work or loses its lease, so the service can forget it. */
   readonly onIdle: (runtime: SessionRuntime) => void;
 }
@@ -310,7 +313,7 @@ export class SessionRuntime {
           if (e.code === "log.conflict" || this.#lost) return; // someone else owns the log now: write nothing more
           await this.append(
             draft("error", { code: e.code, message: e.message, retryable: e.retryable, turn, step }, SOURCE),
-            draft("turnEnd", { turn, reason: "error", steps: step }, SOURCE),
+            draft("turnEnd", { turn, reason: e.code.startsWith("budget.") ? "budget" : "error", steps: step }, SOURCE),
           );
           return;
         }
@@ -332,8 +335,13 @@ export class SessionRuntime {
       callModel: (request) => this.#callModel(turn, step, request, false),
     });
     const request = this.#verifiedRequest();
+    await this.#deps.budgets.check({
+      tenant: this.tenant, model: request.model, sessionBudget: this.meta!.budgetUsd, sessionSpent: sessionSpend(this.events),
+      inputTokens: this.#compactor.estimate(request), maxTokens: request.maxTokens,
+    });
     const done = await this.#callModel(turn, step, request);
     this.#compactor.observe(request, done.usage);
+    await this.#deps.budgets.record(this.tenant, done.costUsd);
     const [assistantEvent] = await this.append(
       draft("assistantMessage", {
         turn, step, content: done.content, reasoningContent: done.reasoningContent, toolCalls: done.toolCalls, finishReason: done.finishReason,

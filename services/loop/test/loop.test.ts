@@ -8,7 +8,7 @@ import { Kvm } from "@nats-io/kv";
 import { Bus, serveStream, TackError } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
 import {
-  CallToolRequest, CallToolResponse, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, Delta_Kind,
+  CallToolRequest, CallToolResponse, CheckModelRequest, CheckModelResponse, CompleteRequest, EstimateCostRequest, EstimateCostResponse, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, Delta_Kind,
   ListToolsRequest, ListToolsResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
 } from "@tack/proto";
 import { Leases, RECOVERY_TEXT, startLoopService, type LoopService } from "@tack/loop-service";
@@ -21,7 +21,7 @@ const workspace = mkdtempSync(join(tmpdir(), "tack-loop-"));
 let bus: Bus;
 let loops: LoopService[] = [];
 
-type Reply = { content?: string; calls?: Array<{ name: string; args: object }>; cutOnce?: boolean };
+type Reply = { content?: string; calls?: Array<{ name: string; args: object }>; cutOnce?: boolean; cost?: number };
 let script: Reply[] = [];
 let llmCalls = 0;
 let toolGate: Promise<void> = Promise.resolve();
@@ -44,8 +44,10 @@ beforeAll(async () => {
       w.send({ index: index++, body: { $case: "retry", value: { attempt: 1, code: "llm.stream_cut", message: "stream ended early", delayMs: 500 } } });
     }
     if (reply.content) w.send({ index: index++, body: { $case: "delta", value: { kind: Delta_Kind.KIND_TEXT, text: reply.content, toolIndex: 0, toolCallId: "", toolName: "" } } });
-    w.send({ index, body: { $case: "done", value: { content: reply.content ?? "", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: 0, priceWindow: "" } } });
+    w.send({ index, body: { $case: "done", value: { content: reply.content ?? "", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: reply.cost ?? 0, priceWindow: reply.cost ? "standard" : "" } } });
   });
+  // One millionth of a dollar per token, input and output alike.
+  bus.serve(bus.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async (req) => ({ costUsd: (req.inputTokens + req.outputTokens) * 1e-6, priceWindow: "standard" }));
   bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async (req) => {
     if (!req.model.startsWith("scripted:")) throw new TackError("llm.unknown_model", `unknown model ${req.model}`);
     return { provider: "scripted" };
@@ -72,11 +74,12 @@ afterAll(async () => {
   const jsm = await jetstreamManager(bus.nc);
   await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
   await new Kvm(bus.nc).create(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
+  await new Kvm(bus.nc).open(bus.names.spendBucket).then((kv) => kv.destroy()).catch(() => undefined);
   await bus.close();
 });
 
-async function startLoop(leaseTtlMs = 2_000): Promise<LoopService> {
-  const loop = await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs });
+async function startLoop(leaseTtlMs = 2_000, tenantBudgets: Record<string, number> = {}): Promise<LoopService> {
+  const loop = await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs, tenantBudgets });
   loops.push(loop);
   return loop;
 }
@@ -219,6 +222,40 @@ describe("loop", () => {
     expect(texts).toEqual(["the whole reply"]);
     const messages = events.flatMap((e) => (e.payload?.$case === "assistantMessage" ? [e.payload.value.content] : []));
     expect(messages).toEqual(["the whole reply"]);
+  });
+
+  it("loop - a session budget stops the turn before a call that could cross it", async () => {
+    await startLoop();
+    const step = { calls: [{ name: "bash", args: { command: "true" } }], cost: 0.01 };
+    script = [step, step, step, step, { content: "done", cost: 0.01 }];
+    const { sessionId: id } = await bus.request(bus.names.loopCreate, CreateSessionRequest,
+      CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace, budgetUsd: 0.025 }), CreateSessionResponse);
+    await submit(id, "spend");
+    const events = await waitForTurnEnd(id);
+    // Each call may cost up to ~$0.0083 (8,192 output tokens + input); after two calls ($0.02) a third could cross $0.025.
+    expect(events.filter((e) => e.type === "usage/report")).toHaveLength(2);
+    const error = events.find((e) => e.type === "error/raised");
+    expect(error?.payload?.$case === "error" && error.payload.value).toMatchObject({ code: "budget.session_exceeded" });
+    expect(error?.payload?.$case === "error" && error.payload.value.message).toMatch(/could cross this session's budget of \$0\.025000 \(spent \$0\.020000/);
+    expect(events.at(-1)!.payload?.$case === "turnEnd" && events.at(-1)!.payload).toMatchObject({ value: { reason: "budget" } });
+  });
+
+  it("loop - a tenant budget counts every session of the tenant", async () => {
+    await startLoop(2_000, { acme: 0.015 });
+    const step = { calls: [{ name: "bash", args: { command: "true" } }], cost: 0.01 };
+    script = [step, step, { content: "done", cost: 0.01 }];
+    const { sessionId: id } = await bus.request(bus.names.loopCreate, CreateSessionRequest,
+      CreateSessionRequest.fromPartial({ tenant: "acme", model: "scripted:test", workspace }), CreateSessionResponse);
+    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "acme", sessionId: id, text: "spend" }, SubmitMessageResponse);
+    let events: Event[] = [];
+    for (let i = 0; i < 200 && !events.some((e) => e.type === "turn/end"); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      events = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: id });
+    }
+    expect(events.filter((e) => e.type === "usage/report")).toHaveLength(1);
+    const error = events.find((e) => e.type === "error/raised");
+    expect(error?.payload?.$case === "error" && error.payload.value.code).toBe("budget.tenant_exceeded");
+    expect(error?.payload?.$case === "error" && error.payload.value.message).toMatch(/tenant acme's budget of \$0\.015000 \(spent \$0\.010000/);
   });
 
   it("loop - bad requests get specific errors and log nothing", async () => {

@@ -85,6 +85,22 @@ export interface CheckModelResponse {
   provider: string;
 }
 
+/**
+ * EstimateCostRequest prices a hypothetical call (`<ns>.llm.estimate`), so the loop can stop
+ * before a call that could cross a budget.
+ */
+export interface EstimateCostRequest {
+  model: string;
+  /** Counted as cache misses: the estimate is an upper bound. */
+  inputTokens: number;
+  outputTokens: number;
+}
+
+export interface EstimateCostResponse {
+  costUsd: number;
+  priceWindow: string;
+}
+
 function createBaseCompleteRequest(): CompleteRequest {
   return { sessionId: "", model: "", systemPrompt: "", tools: [], messages: [], temperature: 0, maxTokens: 0 };
 }
@@ -884,6 +900,208 @@ export const CheckModelResponse: MessageFns<CheckModelResponse> = {
   fromPartial<I extends Exact<DeepPartial<CheckModelResponse>, I>>(object: I): CheckModelResponse {
     const message = createBaseCheckModelResponse();
     message.provider = object.provider ?? "";
+    return message;
+  },
+};
+
+function createBaseEstimateCostRequest(): EstimateCostRequest {
+  return { model: "", inputTokens: 0, outputTokens: 0 };
+}
+
+export const EstimateCostRequest: MessageFns<EstimateCostRequest> = {
+  encode(message: EstimateCostRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(16).uint32(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(24).uint32(message.outputTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EstimateCostRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEstimateCostRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.inputTokens = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.outputTokens = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EstimateCostRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+    };
+  },
+
+  toJSON(message: EstimateCostRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<EstimateCostRequest>, I>>(base?: I): EstimateCostRequest {
+    return EstimateCostRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<EstimateCostRequest>, I>>(object: I): EstimateCostRequest {
+    const message = createBaseEstimateCostRequest();
+    message.model = object.model ?? "";
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    return message;
+  },
+};
+
+function createBaseEstimateCostResponse(): EstimateCostResponse {
+  return { costUsd: 0, priceWindow: "" };
+}
+
+export const EstimateCostResponse: MessageFns<EstimateCostResponse> = {
+  encode(message: EstimateCostResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.costUsd !== 0) {
+      writer.uint32(9).double(message.costUsd);
+    }
+    if (message.priceWindow !== "") {
+      writer.uint32(18).string(message.priceWindow);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EstimateCostResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEstimateCostResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 9) {
+              break;
+            }
+
+            message.costUsd = reader.double();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.priceWindow = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EstimateCostResponse {
+    return {
+      costUsd: isSet(object.costUsd)
+        ? globalThis.Number(object.costUsd)
+        : isSet(object.cost_usd)
+        ? globalThis.Number(object.cost_usd)
+        : 0,
+      priceWindow: isSet(object.priceWindow)
+        ? globalThis.String(object.priceWindow)
+        : isSet(object.price_window)
+        ? globalThis.String(object.price_window)
+        : "",
+    };
+  },
+
+  toJSON(message: EstimateCostResponse): unknown {
+    const obj: any = {};
+    if (message.costUsd !== 0) {
+      obj.costUsd = floatToJson(message.costUsd);
+    }
+    if (message.priceWindow !== "") {
+      obj.priceWindow = message.priceWindow;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<EstimateCostResponse>, I>>(base?: I): EstimateCostResponse {
+    return EstimateCostResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<EstimateCostResponse>, I>>(object: I): EstimateCostResponse {
+    const message = createBaseEstimateCostResponse();
+    message.costUsd = object.costUsd ?? 0;
+    message.priceWindow = object.priceWindow ?? "";
     return message;
   },
 };

@@ -137,6 +137,8 @@ export interface SessionCreated {
   /** Log format version; readers reject versions they do not know. */
   formatVersion: number;
   title: string;
+  /** Spending limit of the session in US dollars (0 = none): a model call that could cross it is not made. */
+  budgetUsd: number;
 }
 
 /** `permission/preset` [log-only] — the permission preset in force (logged at start and on change). */
@@ -1222,7 +1224,7 @@ export const Surface: MessageFns<Surface> = {
 };
 
 function createBaseSessionCreated(): SessionCreated {
-  return { sessionId: "", tenant: "", mode: "", model: "", workspace: "", formatVersion: 0, title: "" };
+  return { sessionId: "", tenant: "", mode: "", model: "", workspace: "", formatVersion: 0, title: "", budgetUsd: 0 };
 }
 
 export const SessionCreated: MessageFns<SessionCreated> = {
@@ -1247,6 +1249,9 @@ export const SessionCreated: MessageFns<SessionCreated> = {
     }
     if (message.title !== "") {
       writer.uint32(58).string(message.title);
+    }
+    if (message.budgetUsd !== 0) {
+      writer.uint32(65).double(message.budgetUsd);
     }
     return writer;
   },
@@ -1320,6 +1325,14 @@ export const SessionCreated: MessageFns<SessionCreated> = {
             message.title = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 65) {
+              break;
+            }
+
+            message.budgetUsd = reader.double();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1349,6 +1362,11 @@ export const SessionCreated: MessageFns<SessionCreated> = {
         ? globalThis.Number(object.format_version)
         : 0,
       title: isSet(object.title) ? globalThis.String(object.title) : "",
+      budgetUsd: isSet(object.budgetUsd)
+        ? globalThis.Number(object.budgetUsd)
+        : isSet(object.budget_usd)
+        ? globalThis.Number(object.budget_usd)
+        : 0,
     };
   },
 
@@ -1375,6 +1393,9 @@ export const SessionCreated: MessageFns<SessionCreated> = {
     if (message.title !== "") {
       obj.title = message.title;
     }
+    if (message.budgetUsd !== 0) {
+      obj.budgetUsd = floatToJson(message.budgetUsd);
+    }
     return obj;
   },
 
@@ -1390,6 +1411,7 @@ export const SessionCreated: MessageFns<SessionCreated> = {
     message.workspace = object.workspace ?? "";
     message.formatVersion = object.formatVersion ?? 0;
     message.title = object.title ?? "";
+    message.budgetUsd = object.budgetUsd ?? 0;
     return message;
   },
 };

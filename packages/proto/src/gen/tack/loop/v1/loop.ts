@@ -22,6 +22,8 @@ export interface CreateSessionRequest {
   title: string;
   /** Optional caller-chosen id; generated when empty. */
   sessionId: string;
+  /** Spending limit of the session in US dollars; 0 = none. */
+  budgetUsd: number;
 }
 
 export interface CreateSessionResponse {
@@ -74,6 +76,7 @@ function createBaseCreateSessionRequest(): CreateSessionRequest {
     approvalPolicy: "",
     title: "",
     sessionId: "",
+    budgetUsd: 0,
   };
 }
 
@@ -102,6 +105,9 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     }
     if (message.sessionId !== "") {
       writer.uint32(66).string(message.sessionId);
+    }
+    if (message.budgetUsd !== 0) {
+      writer.uint32(73).double(message.budgetUsd);
     }
     return writer;
   },
@@ -183,6 +189,14 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
             message.sessionId = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 73) {
+              break;
+            }
+
+            message.budgetUsd = reader.double();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -217,6 +231,11 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
         : isSet(object.session_id)
         ? globalThis.String(object.session_id)
         : "",
+      budgetUsd: isSet(object.budgetUsd)
+        ? globalThis.Number(object.budgetUsd)
+        : isSet(object.budget_usd)
+        ? globalThis.Number(object.budget_usd)
+        : 0,
     };
   },
 
@@ -246,6 +265,9 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     if (message.sessionId !== "") {
       obj.sessionId = message.sessionId;
     }
+    if (message.budgetUsd !== 0) {
+      obj.budgetUsd = floatToJson(message.budgetUsd);
+    }
     return obj;
   },
 
@@ -262,6 +284,7 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     message.approvalPolicy = object.approvalPolicy ?? "";
     message.title = object.title ?? "";
     message.sessionId = object.sessionId ?? "";
+    message.budgetUsd = object.budgetUsd ?? 0;
     return message;
   },
 };
@@ -756,6 +779,10 @@ export const DecideApprovalResponse: MessageFns<DecideApprovalResponse> = {
     return message;
   },
 };
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 

@@ -1,0 +1,87 @@
+import { Kvm, type KV } from "@nats-io/kv";
+import { TackError, type Bus } from "@tack/bus";
+import { EstimateCostRequest, EstimateCostResponse, type Event } from "@tack/proto";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** Money spent so far by one session, from its log (model calls and summaries). */
+export function sessionSpend(events: readonly Event[]): number {
+  let total = 0;
+  for (const e of events) {
+    if (e.payload?.$case === "usage") total += e.payload.value.costUsd;
+    else if (e.payload?.$case === "contextSummarized") total += e.payload.value.costUsd;
+  }
+  return total;
+}
+
+/**
+ * Budgets per session (from `session/created`) and per tenant (configured), checked before a
+ * model call with an upper-bound estimate of what the call can cost; tenant spending is kept
+ * in a KV bucket so every loop replica sees the same total.
+ */
+export class Budgets {
+  readonly #bus: Bus;
+  readonly #tenantBudgets: Readonly<Record<string, number>>;
+  #kv: Promise<KV> | undefined;
+
+  constructor(bus: Bus, tenantBudgets: Readonly<Record<string, number>>) {
+    this.#bus = bus;
+    this.#tenantBudgets = tenantBudgets;
+  }
+
+  #bucket(): Promise<KV> {
+    this.#kv ??= new Kvm(this.#bus.nc).create(this.#bus.names.spendBucket, { history: 1 });
+    return this.#kv;
+  }
+
+  /** Total recorded for a tenant, in USD. */
+  async tenantSpend(tenant: string): Promise<number> {
+    const entry = await (await this.#bucket()).get(tenant);
+    return entry && entry.value.length ? Number(decoder.decode(entry.value)) : 0;
+  }
+
+  /** Adds a call's cost to its tenant's total (compare-and-set, safe with several replicas). */
+  async record(tenant: string, costUsd: number): Promise<void> {
+    if (!(costUsd > 0)) return;
+    const kv = await this.#bucket();
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const entry = await kv.get(tenant);
+      const next = encoder.encode(String((entry && entry.value.length ? Number(decoder.decode(entry.value)) : 0) + costUsd));
+      try {
+        if (entry) await kv.update(tenant, next, entry.revision);
+        else await kv.create(tenant, next);
+        return;
+      } catch {
+        // Another replica recorded first: read again.
+      }
+    }
+    throw new TackError("loop.spend_not_recorded", `could not record $${costUsd} for tenant ${tenant} after 20 attempts`, { retryable: true });
+  }
+
+  /**
+   * Refuses a model call that could cross the session's or the tenant's budget: spent so far
+   * plus the most the call can cost (all input at the cache-miss price, `maxTokens` output).
+   */
+  async check(options: { tenant: string; model: string; sessionBudget: number; sessionSpent: number; inputTokens: number; maxTokens: number }): Promise<void> {
+    const tenantBudget = this.#tenantBudgets[options.tenant] ?? 0;
+    if (!(options.sessionBudget > 0) && !(tenantBudget > 0)) return;
+    const { costUsd } = await this.#bus.request(this.#bus.names.llmEstimate, EstimateCostRequest, {
+      model: options.model, inputTokens: options.inputTokens, outputTokens: options.maxTokens,
+    }, EstimateCostResponse, { timeoutMs: 10_000 });
+    const usd = (n: number) => `$${n.toFixed(6)}`;
+    if (options.sessionBudget > 0 && options.sessionSpent + costUsd > options.sessionBudget) {
+      throw new TackError("budget.session_exceeded",
+        `the next model call could cross this session's budget of ${usd(options.sessionBudget)} (spent ${usd(options.sessionSpent)}, the call may cost up to ${usd(costUsd)}); start a new session with a larger budget_usd to go on`,
+        { details: { budget_usd: String(options.sessionBudget), spent_usd: String(options.sessionSpent), estimate_usd: String(costUsd) } });
+    }
+    if (tenantBudget > 0) {
+      const spent = await this.tenantSpend(options.tenant);
+      if (spent + costUsd > tenantBudget) {
+        throw new TackError("budget.tenant_exceeded",
+          `the next model call could cross tenant ${options.tenant}'s budget of ${usd(tenantBudget)} (spent ${usd(spent)}, the call may cost up to ${usd(costUsd)}); ask an operator to raise TACK_TENANT_BUDGETS`,
+          { details: { budget_usd: String(tenantBudget), spent_usd: String(spent), estimate_usd: String(costUsd) } });
+      }
+    }
+  }
+}
