@@ -132,6 +132,29 @@ describe("end to end", () => {
     expect(log.at(-1)!.turnEnd).toMatchObject({ reason: "completed" });
   });
 
+  it("e2e - the API reports context use by part in the model's tokens, calibrated by reported usage, and cost per turn", async () => {
+    const ws = workspace("context");
+    const id = await createSession(`scripted:${script("context", [
+      { tool_calls: [{ name: "read", arguments: { path: "hello.txt" } }] },
+      { content: "It says hello." },
+    ])}`, ws);
+    await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "what does hello.txt say?" } });
+    await waitFor(id, turnEnded(1));
+    const r = await api(`/v1/sessions/${id}/context`);
+    expect(r.status).toBe(200);
+    const ctx = (await r.json()) as { tokenizer: string; tokens: { system_prompt: number; tools: number; conversation: number; total: number }; calibration: { ratio: number } | null };
+    expect(ctx.tokenizer).toBe("deepseek-v3");
+    expect(ctx.tokens.system_prompt).toBeGreaterThan(50);
+    expect(ctx.tokens.tools).toBeGreaterThan(ctx.tokens.system_prompt);
+    expect(ctx.tokens.conversation).toBeGreaterThan(10);
+    expect(ctx.tokens.total).toBe(ctx.tokens.system_prompt + ctx.tokens.tools + ctx.tokens.conversation);
+    // The scripted provider reports usage with the same tokenizer, so the calibration is exact.
+    expect(ctx.calibration?.ratio).toBe(1);
+    const session = (await (await api(`/v1/sessions/${id}`)).json()) as { usage: { cost_usd: number; tokens: { input_miss: number }; turns: unknown[] } };
+    expect(session.usage.tokens.input_miss).toBeGreaterThan(ctx.tokens.total);
+    expect(session.usage.turns).toEqual([{ turn: 1, cost_usd: 0 }]);
+  });
+
   it("e2e - killing the loop (SIGKILL) during a tool call: the session resumes, nothing duplicated or lost", async () => {
     const ws = workspace("crash");
     const id = await createSession(`scripted:${script("crash", [

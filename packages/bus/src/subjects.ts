@@ -7,6 +7,7 @@ export interface Names {
   readonly llmComplete: string;
   readonly llmCheck: string;
   readonly llmEstimate: string;
+  readonly llmCount: string;
   readonly toolsCall: string;
   readonly toolsList: string;
   readonly sandboxEnsure: string;
@@ -48,6 +49,7 @@ export function names(namespace = "tack"): Names {
     llmComplete: `${namespace}.llm.complete`,
     llmCheck: `${namespace}.llm.check`,
     llmEstimate: `${namespace}.llm.estimate`,
+    llmCount: `${namespace}.llm.count`,
     toolsCall: `${namespace}.tools.call`,
     toolsList: `${namespace}.tools.list`,
     sandboxEnsure: `${namespace}.sandbox.ensure`,

@@ -11,6 +11,7 @@ import { GatewayError, respondWithErrors } from "./errors.js";
 import { streamEvents } from "./events.js";
 import { compose, sendJson, type Exchange, type Handler } from "./http.js";
 import { tenantUsage } from "./usage.js";
+import { sessionContext } from "./context.js";
 import { compileOptions, type GatewayOptions } from "./options.js";
 import { createSession, getSession, listSessions, submitMessage, type GatewayContext } from "./sessions.js";
 import { SessionIndex } from "./store.js";
@@ -64,6 +65,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       { method: "POST", pattern: "/v1/sessions/:id/messages", handler: submitMessage(context) },
       { method: "GET", pattern: "/v1/sessions/:id/events", handler: streamEvents(context) },
       { method: "POST", pattern: "/v1/sessions/:id/approvals/:call_id", handler: decideApproval(context) },
+      { method: "GET", pattern: "/v1/sessions/:id/context", handler: sessionContext(context) },
       { method: "GET", pattern: "/v1/usage", handler: tenantUsage(context) },
     ];
     const interceptors = [traceRequest, respondWithErrors(log), authenticate(index)];

@@ -1,11 +1,12 @@
 import { trace } from "@opentelemetry/api";
 import { Bus, inSpan, serveStream, TackError } from "@tack/bus";
-import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice, EstimateCostRequest, EstimateCostResponse } from "@tack/proto";
+import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice, CountTokensRequest, CountTokensResponse, EstimateCostRequest, EstimateCostResponse } from "@tack/proto";
 import { ANTHROPIC_BASE_URL, anthropicProvider } from "./anthropic.js";
 import { loadCredentials } from "./credentials.js";
 import { DEEPSEEK_BASE_URL, deepseekProvider } from "./deepseek.js";
 import { OPENAI_BASE_URL, openaiProvider } from "./openai.js";
 import { loadPriceTable, priceFor, type PriceTable } from "./prices.js";
+import { countRequestParts } from "./tokens.js";
 import { ProviderRegistry } from "./provider.js";
 import { replayProvider } from "./replay.js";
 import { compileRetryPolicy, withRetries, type RetryOptions, type RetryPolicy } from "./retry.js";
@@ -69,6 +70,10 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
     await resolved.provider.check();
     return { provider: resolved.providerName };
   });
+
+  bus.serve(bus.names.llmCount, "llm", CountTokensRequest, CountTokensResponse, async (request) => ({
+    ...countRequestParts(CompleteRequest.fromPartial(request.request ?? {})), tokenizer: "deepseek-v3",
+  }));
 
   bus.serve(bus.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async (request) => {
     const usage = { inputMissTokens: request.inputTokens, inputHitTokens: 0, outputTokens: request.outputTokens, reasoningTokens: 0 };

@@ -58,3 +58,12 @@ export function requestTokenSegments(request: CompleteRequest): (readonly number
 export function countRequestTokens(request: CompleteRequest): number {
   return requestTokenSegments(request).reduce((sum, segment) => sum + segment.length, 0);
 }
+
+/** Tokens of `request` by part: the system prompt, the tool schemas and the conversation. */
+export function countRequestParts(request: CompleteRequest): { systemPromptTokens: number; toolsTokens: number; conversationTokens: number } {
+  const [tools, ...messages] = requestTokenSegments(request);
+  const hasSystem = request.systemPrompt !== "";
+  const system = hasSystem ? messages[0]!.length : 0;
+  const conversation = messages.slice(hasSystem ? 1 : 0).reduce((sum, segment) => sum + segment.length, 0);
+  return { systemPromptTokens: system, toolsTokens: tools!.length, conversationTokens: conversation };
+}

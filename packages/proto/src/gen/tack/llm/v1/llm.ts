@@ -101,6 +101,22 @@ export interface EstimateCostResponse {
   priceWindow: string;
 }
 
+/**
+ * CountTokensRequest measures a request with the model's tokenizer (`<ns>.llm.count`), split by
+ * who put each part in front of the model.
+ */
+export interface CountTokensRequest {
+  request: CompleteRequest | undefined;
+}
+
+export interface CountTokensResponse {
+  systemPromptTokens: number;
+  toolsTokens: number;
+  conversationTokens: number;
+  /** Which tokenizer counted, e.g. `deepseek-v3`. */
+  tokenizer: string;
+}
+
 function createBaseCompleteRequest(): CompleteRequest {
   return { sessionId: "", model: "", systemPrompt: "", tools: [], messages: [], temperature: 0, maxTokens: 0 };
 }
@@ -1102,6 +1118,204 @@ export const EstimateCostResponse: MessageFns<EstimateCostResponse> = {
     const message = createBaseEstimateCostResponse();
     message.costUsd = object.costUsd ?? 0;
     message.priceWindow = object.priceWindow ?? "";
+    return message;
+  },
+};
+
+function createBaseCountTokensRequest(): CountTokensRequest {
+  return { request: undefined };
+}
+
+export const CountTokensRequest: MessageFns<CountTokensRequest> = {
+  encode(message: CountTokensRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.request !== undefined) {
+      CompleteRequest.encode(message.request, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CountTokensRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCountTokensRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.request = CompleteRequest.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CountTokensRequest {
+    return { request: isSet(object.request) ? CompleteRequest.fromJSON(object.request) : undefined };
+  },
+
+  toJSON(message: CountTokensRequest): unknown {
+    const obj: any = {};
+    if (message.request !== undefined) {
+      obj.request = CompleteRequest.toJSON(message.request);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CountTokensRequest>, I>>(base?: I): CountTokensRequest {
+    return CountTokensRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CountTokensRequest>, I>>(object: I): CountTokensRequest {
+    const message = createBaseCountTokensRequest();
+    message.request = (object.request !== undefined && object.request !== null)
+      ? CompleteRequest.fromPartial(object.request)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCountTokensResponse(): CountTokensResponse {
+  return { systemPromptTokens: 0, toolsTokens: 0, conversationTokens: 0, tokenizer: "" };
+}
+
+export const CountTokensResponse: MessageFns<CountTokensResponse> = {
+  encode(message: CountTokensResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.systemPromptTokens !== 0) {
+      writer.uint32(8).uint32(message.systemPromptTokens);
+    }
+    if (message.toolsTokens !== 0) {
+      writer.uint32(16).uint32(message.toolsTokens);
+    }
+    if (message.conversationTokens !== 0) {
+      writer.uint32(24).uint32(message.conversationTokens);
+    }
+    if (message.tokenizer !== "") {
+      writer.uint32(34).string(message.tokenizer);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CountTokensResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCountTokensResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.systemPromptTokens = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.toolsTokens = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.conversationTokens = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.tokenizer = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CountTokensResponse {
+    return {
+      systemPromptTokens: isSet(object.systemPromptTokens)
+        ? globalThis.Number(object.systemPromptTokens)
+        : isSet(object.system_prompt_tokens)
+        ? globalThis.Number(object.system_prompt_tokens)
+        : 0,
+      toolsTokens: isSet(object.toolsTokens)
+        ? globalThis.Number(object.toolsTokens)
+        : isSet(object.tools_tokens)
+        ? globalThis.Number(object.tools_tokens)
+        : 0,
+      conversationTokens: isSet(object.conversationTokens)
+        ? globalThis.Number(object.conversationTokens)
+        : isSet(object.conversation_tokens)
+        ? globalThis.Number(object.conversation_tokens)
+        : 0,
+      tokenizer: isSet(object.tokenizer) ? globalThis.String(object.tokenizer) : "",
+    };
+  },
+
+  toJSON(message: CountTokensResponse): unknown {
+    const obj: any = {};
+    if (message.systemPromptTokens !== 0) {
+      obj.systemPromptTokens = Math.round(message.systemPromptTokens);
+    }
+    if (message.toolsTokens !== 0) {
+      obj.toolsTokens = Math.round(message.toolsTokens);
+    }
+    if (message.conversationTokens !== 0) {
+      obj.conversationTokens = Math.round(message.conversationTokens);
+    }
+    if (message.tokenizer !== "") {
+      obj.tokenizer = message.tokenizer;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CountTokensResponse>, I>>(base?: I): CountTokensResponse {
+    return CountTokensResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CountTokensResponse>, I>>(object: I): CountTokensResponse {
+    const message = createBaseCountTokensResponse();
+    message.systemPromptTokens = object.systemPromptTokens ?? 0;
+    message.toolsTokens = object.toolsTokens ?? 0;
+    message.conversationTokens = object.conversationTokens ?? 0;
+    message.tokenizer = object.tokenizer ?? "";
     return message;
   },
 };

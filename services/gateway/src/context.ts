@@ -1,0 +1,51 @@
+import { deriveRequest, readAll, type ModelRequest } from "@tack/log";
+import { CompleteRequest, CountTokensRequest, CountTokensResponse, type Event } from "@tack/proto";
+import { sendJson, type Handler } from "./http.js";
+import { requireSession, type GatewayContext } from "./sessions.js";
+
+function completeRequest(sessionId: string, r: ModelRequest): CompleteRequest {
+  return CompleteRequest.fromPartial({
+    sessionId, model: r.model, systemPrompt: r.systemPrompt, tools: [...r.tools], messages: [...r.messages], temperature: r.temperature, maxTokens: r.maxTokens,
+  });
+}
+
+/**
+ * `GET /v1/sessions/:id/context`: what the next request puts in front of the model, in tokens of
+ * the model's tokenizer, by part (system prompt / tools / conversation), calibrated by the
+ * input tokens the provider reported for the last call.
+ */
+export function sessionContext(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const row = await requireSession(context, exchange);
+    const { bus } = context;
+    const events = await readAll(bus.nc, bus.names, { tenant: row.tenant, sessionId: row.id });
+    if (!events.some((e) => e.payload?.$case === "requestHeader")) {
+      sendJson(exchange.res, 200, { session: row.id, tokens: null, note: "no model request yet: the context is measured from the first request/header on" });
+      return;
+    }
+    const count = async (upTo: readonly Event[]) => {
+      const r = await bus.request(bus.names.llmCount, CountTokensRequest, { request: completeRequest(row.id, deriveRequest(upTo)) }, CountTokensResponse);
+      return r;
+    };
+    const now = await count(events);
+    const total = now.systemPromptTokens + now.toolsTokens + now.conversationTokens;
+    // Calibrate with the last reported usage: the request it answered is the log up to that step's assistant message.
+    let calibration: { reported_input_tokens: number; counted_tokens: number; ratio: number } | null = null;
+    const lastUsage = [...events].reverse().find((e) => e.payload?.$case === "usage");
+    if (lastUsage?.payload?.$case === "usage" && lastUsage.payload.value.usage) {
+      const u = lastUsage.payload.value.usage;
+      const reported = u.inputMissTokens + u.inputHitTokens;
+      const answer = [...events].reverse().find((e) => e.seq < lastUsage.seq && e.payload?.$case === "assistantMessage");
+      const then = await count(events.filter((e) => e.seq < (answer?.seq ?? lastUsage.seq)));
+      const counted = then.systemPromptTokens + then.toolsTokens + then.conversationTokens;
+      if (reported > 0 && counted > 0) calibration = { reported_input_tokens: reported, counted_tokens: counted, ratio: Math.round((reported / counted) * 1000) / 1000 };
+    }
+    sendJson(exchange.res, 200, {
+      session: row.id,
+      tokenizer: now.tokenizer,
+      tokens: { system_prompt: now.systemPromptTokens, tools: now.toolsTokens, conversation: now.conversationTokens, total },
+      calibration,
+      estimated_total: calibration ? Math.round(total * calibration.ratio) : total,
+    });
+  };
+}
