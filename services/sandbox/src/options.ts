@@ -1,3 +1,5 @@
+import { hostname } from "node:os";
+import { isAbsolute } from "node:path";
 import { assertToken, TackError } from "@tack/bus";
 import { z } from "zod";
 
@@ -13,6 +15,16 @@ export interface SandboxServiceOptions {
   runtime?: string;
   /** A container unused for this long is removed (default 15 minutes). */
   idleTimeoutMs?: number;
+  /**
+   * This process's id among the namespace's sandbox replicas (default: derived from the host
+   * name). A restarted process with the same id takes its containers back; replicas sharing a
+   * namespace need distinct ids.
+   */
+  replicaId?: string;
+  /** Started containers kept ready for new sessions (default 2); only runtimes that share the host's mounts (runc, crun) can have one. */
+  poolSize?: number;
+  /** Host directory under which the warm pool mounts session workspaces (default /var/lib/tack/sandbox). */
+  poolDir?: string;
 }
 
 /** Options after validation and defaulting; trusted from here on. */
@@ -34,7 +46,16 @@ const schema = z.object({
   // Any runtime declared to the Docker daemon is accepted here; whether it exists is checked when a container is created.
   runtime: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "must be a Docker runtime name such as runc or runsc").default("runc"),
   idleTimeoutMs: z.number({ error: "must be a whole number of milliseconds" }).int("must be a whole number of milliseconds").positive("must be positive").default(15 * 60_000),
+  replicaId: z.string().refine(tokenOf("replica id"), "must be 1-64 lowercase letters, digits, '_' or '-'").default(defaultReplicaId),
+  poolSize: z.number({ error: "must be a whole number" }).int("must be a whole number").min(0, "must be 0 or more").max(64, "must be at most 64").default(2),
+  poolDir: z.string().refine(isAbsolute, "must be an absolute host path").default("/var/lib/tack/sandbox"),
 });
+
+// The host name as a subject token: a restarted process on the same host gets the same id.
+function defaultReplicaId(): string {
+  const id = hostname().toLowerCase().replace(/[^a-z0-9_-]+/g, "-").replace(/^[-_]+/, "").slice(0, 64);
+  return id || "sandbox";
+}
 
 /** Validates and defaults the options once, failing with `sandbox.invalid_options` that names each bad field. */
 export function compileOptions(options: SandboxServiceOptions): CompiledOptions {

@@ -1,37 +1,57 @@
+import { dirname, join } from "node:path";
 import type Docker from "dockerode";
-import type { ContainerInspectInfo } from "dockerode";
 import { assertToken, TackError } from "@tack/bus";
+import type { ExecRequest, ExecResponse } from "@tack/proto";
+import type { AgentChannel } from "./agent.js";
+import { removeContainer, reopen, startNew, type RuntimeCheck, type Started } from "./container.js";
 import { dockerFailure, statusOf } from "./docker.js";
+import { runExec } from "./exec.js";
+import { collectAbandoned, disposeReplicaDir, removeSlotAt } from "./mounts.js";
 import type { CompiledOptions } from "./options.js";
-import { containerOptions, LABELS, parseMode, resolveWorkspace, type SandboxMode } from "./spec.js";
+import type { Placement, Placements } from "./placements.js";
+import type { Pool } from "./pool.js";
+import { containerName, containerOptions, LABELS, parseContainerName, pidsLimit, type SandboxMode, type Workspace } from "./spec.js";
 
-/** What `ensure` asks for: the session's container with this workspace and mode. */
+/** What `ensure` asks for: the session's container of this mode, on this workspace. */
 export interface EnsureInput {
   readonly sessionId: string;
   readonly tenant: string;
-  readonly workspace: string;
-  readonly mode: string;
+  readonly mode: SandboxMode;
+  readonly workspace: Workspace;
 }
 
 /** The session's container after `ensure`. */
 export interface EnsureResult {
   readonly containerId: string;
-  /** True when this call created the container. */
+  /** True when the session got a new container (started cold or claimed from the pool). */
   readonly created: boolean;
   readonly runtime: string;
+  /** True when it came from the warm pool. */
+  readonly pooled: boolean;
 }
 
-/** A running container lent to one exec; `done` must be called when the exec is over. */
-export interface Lease {
-  readonly container: Docker.Container;
-  done(): void;
-}
+/** The answer of this replica, or the placement of the replica that owns the container instead. */
+export type Owned<T> = { readonly local: T } | { readonly owner: Placement };
 
 interface Entry {
-  readonly id: string;
+  readonly sessionId: string;
+  readonly mode: SandboxMode;
+  readonly containerId: string;
+  readonly tenant: string;
+  readonly workspace: string;
+  readonly runtime: string;
+  readonly createdAt: number;
+  readonly slot?: string;
+  /** Undefined until first used after a restart; dead once the agent stopped. */
+  channel: AgentChannel | undefined;
   lastUsedAt: number;
   activeExecs: number;
 }
+
+// A replica is declared dead after failing to answer pings for this long (at least two sweeps).
+const DEAD_AFTER_MS = 1000;
+// A pool slot or replica directory nobody uses is collected once it is this old.
+const ABANDONED_AFTER_MS = 60_000;
 
 /** Fails with a TackError when `value` cannot be a session or tenant id. */
 export function assertId(kind: string, value: string): void {
@@ -42,202 +62,391 @@ export function assertId(kind: string, value: string): void {
   }
 }
 
-/** The error for a session that has no running sandbox. */
-export function notFound(sessionId: string): TackError {
-  return new TackError("sandbox.not_found", `session ${sessionId} has no running sandbox; call sandbox.ensure for it first`, {
-    details: { session_id: sessionId },
-  });
+/** The error for a session that has no running sandbox (in `mode`, when given). */
+export function notFound(sessionId: string, mode?: string, reason?: string): TackError {
+  return new TackError(
+    "sandbox.not_found",
+    `session ${sessionId} has no running sandbox${mode ? ` in mode ${mode}` : ""}${reason ? ` (${reason})` : ""}; call sandbox.ensure for it first`,
+    { details: { session_id: sessionId } },
+  );
 }
 
 /**
- * The containers of one namespace, one per session. Ensure, release and reaping of a session
- * are serialised by a per-session lock, so concurrent ensures create one container; containers
- * are found by name, so a restarted service reuses what its predecessor created.
+ * The containers this replica owns, one per session and mode. Ensure, release and reaping of
+ * one session's mode are serialised by a lock, so concurrent ensures start one container; each
+ * container is recorded in the placement bucket before it starts, so two replicas never both
+ * start one. A new container comes from the warm pool when it can, else it starts cold.
  */
 export class Sandboxes {
   readonly #docker: Docker;
   readonly #options: CompiledOptions;
+  readonly #placements: Placements;
+  readonly #pool: Pool | undefined;
+  readonly #runtimes: RuntimeCheck;
+  readonly #warn: (message: string) => void;
   readonly #entries = new Map<string, Entry>();
   readonly #locks = new Map<string, Promise<void>>();
+  readonly #suspects = new Map<string, number>();
 
-  constructor(docker: Docker, options: CompiledOptions) {
+  constructor(docker: Docker, options: CompiledOptions, placements: Placements, pool: Pool | undefined, runtimes: RuntimeCheck, warn: (message: string) => void) {
     this.#docker = docker;
     this.#options = options;
+    this.#placements = placements;
+    this.#pool = pool;
+    this.#runtimes = runtimes;
+    this.#warn = warn;
   }
 
-  /** Records the containers already in this namespace so that idle ones are reaped after a restart too. */
+  /**
+   * Takes back this replica's containers after a restart (their channels open on first use) and
+   * removes what cannot be taken back: unclaimed pool containers, containers without a matching
+   * placement (a crash between start and record) and containers of a service without an agent.
+   */
   async adopt(): Promise<void> {
+    const kept = new Set<string>();
     for (const info of await this.#list()) {
-      const sessionId = info.Labels[LABELS.session];
-      if (sessionId && !this.#entries.has(sessionId)) this.#entries.set(sessionId, { id: info.Id, lastUsedAt: Date.now(), activeExecs: 0 });
+      const replica = info.Labels[LABELS.replica];
+      if (replica && replica !== this.#options.replicaId) continue;
+      const named = parseContainerName(this.#options.namespace, info.Names[0] ?? "");
+      const record = named && replica ? await this.#placements.get(named.sessionId, named.mode) : undefined;
+      if (named && record?.placement.replica === this.#options.replicaId && record.placement.container_id === info.Id) {
+        this.#remember(named.sessionId, named.mode, record.placement, undefined);
+        if (record.placement.slot) kept.add(record.placement.slot);
+        continue;
+      }
+      await this.#removeWithSlot(info);
     }
+    // Slots whose container is gone (removed while this process was down).
+    if (this.#pool) for (const slotId of await this.#pool.mounts.slots()) if (!kept.has(this.#pool.mounts.path(slotId))) await this.#pool.mounts.remove(slotId);
   }
 
-  /** Returns the session's running container, creating or starting it when needed. */
-  async ensure(input: EnsureInput): Promise<EnsureResult> {
-    assertId("session id", input.sessionId);
-    assertId("tenant", input.tenant);
-    const mode = parseMode(input.mode);
-    const workspace = await resolveWorkspace(input.workspace, mode);
-    return this.#withLock(input.sessionId, async () => {
-      const existing = await this.#inspect(input.sessionId);
-      if (existing) return this.#reuse(existing, input, mode, workspace.path);
-      await this.#checkRuntime(mode);
-      let container: Docker.Container;
-      try {
-        container = await this.#docker.createContainer(containerOptions({
-          name: this.#name(input.sessionId),
-          image: this.#options.image,
-          runtime: this.#options.runtime,
-          namespace: this.#options.namespace,
-          sessionId: input.sessionId,
-          tenant: input.tenant,
-          mode,
-          workspace,
-        }));
-      } catch (error) {
-        // Another process (a second replica, or a predecessor still shutting down) created it first.
-        const raced = statusOf(error) === 409 ? await this.#inspect(input.sessionId) : undefined;
-        if (raced) return this.#reuse(raced, input, mode, workspace.path);
-        if (statusOf(error) === 404) {
-          throw new TackError("sandbox.image_missing", `sandbox image ${this.#options.image} is not in the local Docker engine; build it with \`make sandbox-image\``, { cause: error });
+  /** True when this replica holds the session's container of `mode`. */
+  has(sessionId: string, mode: SandboxMode): boolean {
+    return this.#entries.has(key(sessionId, mode));
+  }
+
+  /** The modes of the session's containers that this replica holds, with when each was created. */
+  localModes(sessionId: string): Array<{ mode: SandboxMode; createdAt: number }> {
+    return [...this.#entries.values()].filter((entry) => entry.sessionId === sessionId).map(({ mode, createdAt }) => ({ mode, createdAt }));
+  }
+
+  /**
+   * Returns the session's running container of `input.mode`, creating, restarting or re-attaching
+   * it as needed, unless another replica owns it. A different tenant, workspace or runtime for a
+   * live container is refused (`sandbox.conflict`).
+   */
+  async ensure(input: EnsureInput): Promise<Owned<EnsureResult>> {
+    const k = key(input.sessionId, input.mode);
+    return this.#withLock(k, async () => {
+      const entry = this.#entries.get(k) ?? (await this.#fromRecord(input.sessionId, input.mode));
+      if (entry && "owner" in entry) return entry;
+      if (entry) {
+        this.#checkFits(entry, input);
+        if (await this.#revive(entry)) {
+          entry.lastUsedAt = Date.now();
+          return { local: { containerId: entry.containerId, created: false, runtime: entry.runtime, pooled: false } };
         }
-        throw dockerFailure(error, `create the sandbox container of session ${input.sessionId}`);
+        // Its container was removed behind our back: the session gets a new one.
+        this.#entries.delete(k);
+        await this.#placements.delete(input.sessionId, input.mode, entry.containerId);
       }
-      try {
-        await container.start();
-      } catch (error) {
-        await container.remove({ force: true }).catch(() => undefined);
-        throw dockerFailure(error, `start the sandbox container of session ${input.sessionId} (runtime ${this.#options.runtime})`);
-      }
-      this.#entries.set(input.sessionId, { id: container.id, lastUsedAt: Date.now(), activeExecs: 0 });
-      return { containerId: container.id, created: true, runtime: this.#options.runtime };
+      return this.#create(input);
     });
   }
 
-  /** Lends the session's running container to one exec, failing with `sandbox.not_found` when there is none. */
-  async acquire(sessionId: string): Promise<Lease> {
-    assertId("session id", sessionId);
-    let entry = this.#entries.get(sessionId);
-    if (!entry) {
-      const info = await this.#inspect(sessionId);
-      if (!info?.State.Running) throw notFound(sessionId);
-      entry = { id: info.Id, lastUsedAt: Date.now(), activeExecs: 0 };
-      this.#entries.set(sessionId, entry);
+  /**
+   * Runs a command in the session's container of `mode`. Fails with `sandbox.not_found` when there
+   * is none or its agent stopped (the next ensure restarts it), and with `sandbox.agent_lost`
+   * when the agent stops while the command runs.
+   */
+  async exec(sessionId: string, mode: SandboxMode, request: ExecRequest): Promise<Owned<ExecResponse>> {
+    const k = key(sessionId, mode);
+    let entry = this.#entries.get(k);
+    if (!entry?.channel) {
+      // Not attached yet: look it up under the lock, since an ensure may be starting it right now.
+      const found = await this.#withLock(k, async () => {
+        const current = this.#entries.get(k) ?? (await this.#fromRecord(sessionId, mode));
+        if (current && !("owner" in current) && !current.channel) {
+          // Taken back after a restart: attach to it (starting it if the host restarted meanwhile).
+          current.channel = await reopen(this.#docker, current.containerId, label(sessionId, mode));
+          if (!current.channel) {
+            this.#entries.delete(k);
+            await this.#placements.delete(sessionId, mode, current.containerId);
+            return undefined;
+          }
+        }
+        return current;
+      });
+      if (found && "owner" in found) return found;
+      entry = found;
     }
+    if (!entry?.channel?.alive) throw notFound(sessionId, mode, entry?.channel?.deadReason && `its exec agent stopped: ${entry.channel.deadReason}`);
     const lent = entry;
     lent.activeExecs += 1;
     lent.lastUsedAt = Date.now();
-    return {
-      container: this.#docker.getContainer(lent.id),
-      done: () => {
-        lent.activeExecs -= 1;
-        lent.lastUsedAt = Date.now();
-      },
-    };
+    try {
+      return { local: await runExec(entry.channel, request) };
+    } finally {
+      lent.activeExecs -= 1;
+      lent.lastUsedAt = Date.now();
+    }
   }
 
-  /** Drops what is known about a session whose container turned out to be gone. */
-  forget(sessionId: string): void {
-    this.#entries.delete(sessionId);
-  }
-
-  /** Removes the session's container (killing whatever runs in it); false when it had none. */
-  async release(sessionId: string): Promise<boolean> {
-    assertId("session id", sessionId);
-    return this.#withLock(sessionId, async () => {
-      this.#entries.delete(sessionId);
-      return this.#remove(this.#name(sessionId));
+  /** Removes the session's container of `mode` (killing whatever runs in it); false when it had none. */
+  async release(sessionId: string, mode: SandboxMode): Promise<Owned<boolean>> {
+    const k = key(sessionId, mode);
+    return this.#withLock(k, async () => {
+      const entry = this.#entries.get(k) ?? (await this.#fromRecord(sessionId, mode));
+      if (entry && "owner" in entry) return entry;
+      let removed = false;
+      if (entry) removed = await this.#removeEntry(entry);
+      // A container of this name without a record was left by a crash between its start and its record.
+      removed = (await removeContainer(this.#docker, containerName(this.#options.namespace, sessionId, mode))) || removed;
+      return { local: removed };
     });
   }
 
-  /** Removes every container of this namespace, known or not; returns how many were removed. */
-  async removeAll(): Promise<number> {
-    const containers = await this.#list();
-    this.#entries.clear();
-    const removed = await Promise.all(containers.map((info) => this.#remove(info.Id)));
-    return removed.filter(Boolean).length;
+  /** Removes the container a dead replica held for the session's mode, and its record, unless the record changed meanwhile. */
+  async takeOver(sessionId: string, mode: SandboxMode, placement: Placement): Promise<void> {
+    await this.#withLock(key(sessionId, mode), async () => {
+      const current = await this.#placements.get(sessionId, mode);
+      if (current?.placement.replica !== placement.replica || current.placement.container_id !== placement.container_id) return;
+      if (placement.container_id) await removeContainer(this.#docker, placement.container_id);
+      if (placement.slot) await removeSlotAt(placement.slot);
+      await this.#placements.delete(sessionId, mode, placement.container_id);
+    });
   }
 
   /** Removes the containers that ran no command for the idle timeout. */
   async reapIdle(): Promise<void> {
     const idle = (entry: Entry) => entry.activeExecs === 0 && Date.now() - entry.lastUsedAt >= this.#options.idleTimeoutMs;
-    for (const [sessionId, entry] of [...this.#entries]) {
+    for (const [k, entry] of [...this.#entries]) {
       if (!idle(entry)) continue;
-      await this.#withLock(sessionId, async () => {
+      await this.#withLock(k, async () => {
         // Re-checked under the lock: an ensure or exec may have used it meanwhile.
-        if (this.#entries.get(sessionId) !== entry || !idle(entry)) return;
-        this.#entries.delete(sessionId);
-        await this.#remove(entry.id);
+        if (this.#entries.get(k) === entry && idle(entry)) await this.#removeEntry(entry);
       });
     }
   }
 
-  #name(sessionId: string): string {
-    return `tack-${this.#options.namespace}-${sessionId}`;
+  /**
+   * Removes the containers of replicas that stopped answering (`isAlive` false for at least
+   * DEAD_AFTER_MS, over two sweeps), with their records and pool slots. Found by label, so
+   * containers nobody recorded are found too.
+   */
+  async sweepDeadReplicas(isAlive: (replicaId: string) => Promise<boolean>): Promise<void> {
+    const byReplica = new Map<string, Docker.ContainerInfo[]>();
+    for (const info of await this.#list()) {
+      const replica = info.Labels[LABELS.replica];
+      if (!replica || replica === this.#options.replicaId) continue;
+      byReplica.set(replica, [...(byReplica.get(replica) ?? []), info]);
+    }
+    for (const replica of this.#suspects.keys()) if (!byReplica.has(replica)) this.#suspects.delete(replica);
+    for (const [replica, containers] of byReplica) {
+      if (await isAlive(replica)) {
+        this.#suspects.delete(replica);
+        continue;
+      }
+      const since = this.#suspects.get(replica);
+      if (since === undefined) this.#suspects.set(replica, Date.now());
+      if (since === undefined || Date.now() - since < DEAD_AFTER_MS) continue;
+      this.#warn(`replica ${replica} stopped answering; removing its ${containers.length} container(s)`);
+      const slotRoots = new Set<string>();
+      for (const info of containers) {
+        const named = parseContainerName(this.#options.namespace, info.Names[0] ?? "");
+        if (named) await this.#placements.delete(named.sessionId, named.mode, info.Id);
+        await this.#removeWithSlot(info);
+        const slot = info.Labels[LABELS.pool];
+        if (slot) slotRoots.add(dirname(dirname(slot)));
+      }
+      // Its pool directory (wherever its options put it), now that none of its containers is left.
+      for (const slotRoot of slotRoots) await disposeReplicaDir(slotRoot);
+      this.#suspects.delete(replica);
+    }
   }
 
-  async #reuse(info: ContainerInspectInfo, input: EnsureInput, mode: SandboxMode, workspace: string): Promise<EnsureResult> {
-    const labels = info.Config.Labels ?? {};
-    if (labels[LABELS.tenant] !== input.tenant) {
+  /**
+   * Collects the pool slots and replica directories under the pool directory that no container
+   * on this engine uses any more, whatever their namespace: what processes that died without
+   * cleaning up (and were never restarted) left mounted on the host.
+   */
+  async collectAbandonedSlots(): Promise<void> {
+    let containers: Docker.ContainerInfo[];
+    try {
+      containers = await this.#docker.listContainers({ all: true, filters: { label: [LABELS.pool] } });
+    } catch (error) {
+      throw dockerFailure(error, "list the warm pool containers of every namespace");
+    }
+    const inUse = new Set(containers.map((info) => info.Labels[LABELS.pool] ?? ""));
+    await collectAbandoned(this.#options.poolDir, inUse, join(this.#options.poolDir, this.#options.namespace, this.#options.replicaId), ABANDONED_AFTER_MS);
+  }
+
+  /** Removes every container this replica owns, with its record; returns how many were removed. */
+  async removeAll(): Promise<number> {
+    let removed = 0;
+    await Promise.all([...this.#entries].map(([k, entry]) => this.#withLock(k, async () => {
+      if (this.#entries.get(k) === entry && (await this.#removeEntry(entry))) removed += 1;
+    })));
+    // Also what no entry knows of: orphans of a crash, and pool containers.
+    await Promise.all((await this.#list()).filter((info) => info.Labels[LABELS.replica] === this.#options.replicaId).map(async (info) => {
+      const named = parseContainerName(this.#options.namespace, info.Names[0] ?? "");
+      if (named) await this.#placements.delete(named.sessionId, named.mode, info.Id);
+      if (await this.#removeWithSlot(info)) removed += 1;
+    }));
+    return removed;
+  }
+
+  /** Closes every agent channel (the agents keep running for the next process to attach). */
+  closeChannels(): void {
+    for (const entry of this.#entries.values()) entry.channel?.close();
+  }
+
+  async #create(input: EnsureInput, fromPool = true): Promise<Owned<EnsureResult>> {
+    const { sessionId, mode, workspace } = input;
+    const base = { replica: this.#options.replicaId, tenant: input.tenant, workspace: workspace.path, runtime: this.#options.runtime, created_at: Date.now() };
+    const slot = fromPool && this.#pool?.serves(mode, workspace) ? this.#pool.take() : undefined;
+    if (slot && this.#pool) {
+      const placement: Placement = { ...base, container_id: slot.containerId, slot: slot.path };
+      if ((await this.#placements.create(sessionId, mode, placement)) === undefined) {
+        this.#pool.giveBack(slot);
+        return this.#ownerNow(sessionId, mode);
+      }
+      try {
+        await Promise.all([this.#pool.mounts.bind(slot.slotId, workspace.path, mode === "read-only"), this.#rename(slot.containerId, containerName(this.#options.namespace, sessionId, mode))]);
+      } catch (error) {
+        slot.channel.close();
+        await this.#pool.discard(slot);
+        await this.#placements.delete(sessionId, mode, slot.containerId);
+        this.#warn(`warm pool: claiming a container for session ${sessionId} failed, starting one cold: ${(error as Error).message}`);
+        return this.#create(input, false);
+      } finally {
+        this.#pool.fill();
+      }
+      this.#remember(sessionId, mode, placement, slot.channel);
+      return { local: { containerId: slot.containerId, created: true, runtime: this.#options.runtime, pooled: true } };
+    }
+
+    const network = mode === "danger-full-access";
+    const runtime = await this.#runtimes.check(network);
+    // Reserved before the container starts, so that another replica asked at the same time defers to this one.
+    const revision = await this.#placements.create(sessionId, mode, { ...base, container_id: "" });
+    if (revision === undefined) return this.#ownerNow(sessionId, mode);
+    let started: Started | undefined;
+    try {
+      started = await startNew(this.#docker, containerOptions({
+        name: containerName(this.#options.namespace, sessionId, mode),
+        image: this.#options.image,
+        runtime: this.#options.runtime,
+        labels: {
+          [LABELS.namespace]: this.#options.namespace,
+          [LABELS.replica]: this.#options.replicaId,
+          [LABELS.session]: sessionId,
+          [LABELS.tenant]: input.tenant,
+          [LABELS.mode]: mode,
+          [LABELS.workspace]: workspace.path,
+        },
+        user: workspace,
+        workspace: { kind: "direct", path: workspace.path, readOnly: mode === "read-only" },
+        network,
+        pidsLimit: pidsLimit(runtime.path),
+      }), label(sessionId, mode));
+      const placement: Placement = { ...base, container_id: started.id };
+      await this.#placements.update(sessionId, mode, placement, revision);
+      this.#remember(sessionId, mode, placement, started.channel);
+    } catch (error) {
+      if (started) {
+        started.channel.close();
+        await removeContainer(this.#docker, started.id);
+      }
+      await this.#placements.delete(sessionId, mode, "");
+      throw error;
+    }
+    return { local: { containerId: started.id, created: true, runtime: this.#options.runtime, pooled: false } };
+  }
+
+  // Names a claimed pool container after its session; a container already holding the name was left by a crash (the record is ours now).
+  async #rename(containerId: string, name: string): Promise<void> {
+    const container = this.#docker.getContainer(containerId);
+    try {
+      await container.rename({ name });
+    } catch (error) {
+      if (statusOf(error) !== 409) throw dockerFailure(error, `name pool container ${containerId} ${name}`);
+      await removeContainer(this.#docker, name);
+      await container.rename({ name }).catch((again: unknown) => Promise.reject(dockerFailure(again, `name pool container ${containerId} ${name}`)));
+    }
+  }
+
+  async #ownerNow(sessionId: string, mode: SandboxMode): Promise<Owned<never>> {
+    const current = await this.#placements.get(sessionId, mode);
+    if (!current) throw new TackError("sandbox.placement_contended", `the sandbox of session ${sessionId} in mode ${mode} was created and removed concurrently; retry`, { retryable: true });
+    return { owner: current.placement };
+  }
+
+  // The local entry for a record this replica owns (after a restart), or the owner when it is another replica.
+  async #fromRecord(sessionId: string, mode: SandboxMode): Promise<Entry | { owner: Placement } | undefined> {
+    const record = await this.#placements.get(sessionId, mode);
+    if (!record) return undefined;
+    if (record.placement.replica !== this.#options.replicaId) return { owner: record.placement };
+    if (!record.placement.container_id) {
+      // A reservation of ours without a container: this process died while starting it.
+      await this.#placements.delete(sessionId, mode, "");
+      return undefined;
+    }
+    return this.#remember(sessionId, mode, record.placement, undefined);
+  }
+
+  #remember(sessionId: string, mode: SandboxMode, placement: Placement, channel: AgentChannel | undefined): Entry {
+    const entry: Entry = {
+      sessionId,
+      mode,
+      containerId: placement.container_id,
+      tenant: placement.tenant,
+      workspace: placement.workspace,
+      runtime: placement.runtime,
+      createdAt: placement.created_at,
+      slot: placement.slot,
+      channel,
+      lastUsedAt: Date.now(),
+      activeExecs: 0,
+    };
+    this.#entries.set(key(sessionId, mode), entry);
+    return entry;
+  }
+
+  #checkFits(entry: Entry, input: EnsureInput): void {
+    if (entry.tenant !== input.tenant) {
       throw new TackError("sandbox.conflict", `session ${input.sessionId} already has a sandbox that belongs to another tenant; use a new session id`);
     }
-    const runtime = info.HostConfig.Runtime ?? "runc";
-    if (labels[LABELS.mode] !== mode || labels[LABELS.workspace] !== workspace || runtime !== this.#options.runtime) {
+    if (entry.workspace !== input.workspace.path || entry.runtime !== this.#options.runtime) {
       throw new TackError(
         "sandbox.conflict",
-        `session ${input.sessionId} already has a sandbox in mode ${labels[LABELS.mode]} on ${labels[LABELS.workspace]} under runtime ${runtime}; ` +
-          `release it first to get mode ${mode} on ${workspace} under runtime ${this.#options.runtime}`,
-      );
-    }
-    if (!info.State.Running) {
-      try {
-        await this.#docker.getContainer(info.Id).start();
-      } catch (error) {
-        // 304: started meanwhile by someone else, which is what we wanted.
-        if (statusOf(error) !== 304) throw dockerFailure(error, `restart the stopped sandbox container of session ${input.sessionId}`);
-      }
-    }
-    const entry = this.#entries.get(input.sessionId);
-    if (entry?.id === info.Id) entry.lastUsedAt = Date.now();
-    else this.#entries.set(input.sessionId, { id: info.Id, lastUsedAt: Date.now(), activeExecs: 0 });
-    return { containerId: info.Id, created: false, runtime };
-  }
-
-  /** Refuses to create a container under a runtime the engine does not have; there is no fallback to another one. */
-  async #checkRuntime(mode: SandboxMode): Promise<void> {
-    let info: { Runtimes?: Record<string, { runtimeArgs?: string[] }> };
-    try {
-      info = await this.#docker.info();
-    } catch (error) {
-      throw dockerFailure(error, "read the engine's runtimes");
-    }
-    const runtimes = info.Runtimes ?? {};
-    const runtime = runtimes[this.#options.runtime];
-    if (!runtime) {
-      throw new TackError(
-        "sandbox.runtime_missing",
-        `Docker runtime ${this.#options.runtime} is not configured in the engine (it has ${Object.keys(runtimes).join(", ") || "none"}); ` +
-          `declare it in /etc/docker/daemon.json and restart dockerd, or set TACK_SANDBOX_RUNTIME to one it has`,
-      );
-    }
-    // gVisor declared with --network=none would start a danger-full-access sandbox silently offline.
-    if (mode === "danger-full-access" && runtime.runtimeArgs?.includes("--network=none")) {
-      throw new TackError(
-        "sandbox.runtime_without_network",
-        `Docker runtime ${this.#options.runtime} is declared with --network=none, so mode danger-full-access would have no network; ` +
-          `use runtime runc for it or remove --network=none from /etc/docker/daemon.json`,
+        `session ${input.sessionId} already has a ${input.mode} sandbox on ${entry.workspace} under runtime ${entry.runtime}; ` +
+          `release it first to get one on ${input.workspace.path} under runtime ${this.#options.runtime}`,
       );
     }
   }
 
-  async #inspect(sessionId: string): Promise<ContainerInspectInfo | undefined> {
-    try {
-      return await this.#docker.getContainer(this.#name(sessionId)).inspect();
-    } catch (error) {
-      if (statusOf(error) === 404) return undefined;
-      throw dockerFailure(error, `inspect the sandbox container of session ${sessionId}`);
-    }
+  // Makes sure the entry's agent answers: re-attaching, or restarting a container whose agent died. False when the container is gone.
+  async #revive(entry: Entry): Promise<boolean> {
+    if (entry.channel?.alive) return true;
+    entry.channel = await reopen(this.#docker, entry.containerId, label(entry.sessionId, entry.mode));
+    return entry.channel !== undefined;
+  }
+
+  async #removeEntry(entry: Entry): Promise<boolean> {
+    this.#entries.delete(key(entry.sessionId, entry.mode));
+    entry.channel?.close();
+    const removed = await removeContainer(this.#docker, entry.containerId);
+    if (entry.slot) await removeSlotAt(entry.slot);
+    await this.#placements.delete(entry.sessionId, entry.mode, entry.containerId);
+    return removed;
+  }
+
+  async #removeWithSlot(info: Docker.ContainerInfo): Promise<boolean> {
+    const removed = await removeContainer(this.#docker, info.Id);
+    const slot = info.Labels[LABELS.pool];
+    if (slot) await removeSlotAt(slot);
+    return removed;
   }
 
   async #list(): Promise<Docker.ContainerInfo[]> {
@@ -248,29 +457,25 @@ export class Sandboxes {
     }
   }
 
-  async #remove(idOrName: string): Promise<boolean> {
-    try {
-      await this.#docker.getContainer(idOrName).remove({ force: true });
-      return true;
-    } catch (error) {
-      if (statusOf(error) === 404) return false;
-      // 409: a removal is already under way (a concurrent release); the container is going either way.
-      if (statusOf(error) === 409) return true;
-      throw dockerFailure(error, `remove sandbox container ${idOrName}`);
-    }
-  }
-
-  async #withLock<T>(sessionId: string, fn: () => Promise<T>): Promise<T> {
-    const previous = this.#locks.get(sessionId) ?? Promise.resolve();
+  async #withLock<T>(k: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.#locks.get(k) ?? Promise.resolve();
     const run = previous.then(fn);
     const tail = run.then(
       () => undefined,
       () => undefined,
     );
-    this.#locks.set(sessionId, tail);
+    this.#locks.set(k, tail);
     void tail.then(() => {
-      if (this.#locks.get(sessionId) === tail) this.#locks.delete(sessionId);
+      if (this.#locks.get(k) === tail) this.#locks.delete(k);
     });
     return run;
   }
+}
+
+function key(sessionId: string, mode: SandboxMode): string {
+  return `${sessionId}.${mode}`;
+}
+
+function label(sessionId: string, mode: SandboxMode): string {
+  return `session ${sessionId} (${mode})`;
 }

@@ -1,3 +1,4 @@
+import { join } from "node:path";
 import Docker from "dockerode";
 import { trace } from "@opentelemetry/api";
 import { Bus, inSpan } from "@tack/bus";
@@ -9,35 +10,75 @@ import {
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
 } from "@tack/proto";
-import { checkExecRequest, ContainerGone, runExec } from "./exec.js";
+import { engineRuntimes, RuntimeCheck } from "./container.js";
+import { dockerFailure } from "./docker.js";
+import { SlotMounts } from "./mounts.js";
 import { compileOptions, type CompiledOptions, type SandboxServiceOptions } from "./options.js";
-import { notFound, Sandboxes } from "./sandboxes.js";
+import { Placements, replicaSubject } from "./placements.js";
+import { Pool, type PoolStatus } from "./pool.js";
+import { Router } from "./router.js";
+import { Sandboxes } from "./sandboxes.js";
+
+// How often the pool directory is searched for what dead processes left mounted.
+const COLLECT_EVERY_MS = 60_000;
 
 /** A running sandbox service. */
 export interface SandboxService {
   /** The validated options with their defaults; `namespace` names the subjects it serves and the containers it owns. */
   readonly options: CompiledOptions;
+  /** How full the warm pool is, and why there is none when one was asked for but cannot run here. */
+  pool(): PoolStatus;
+  /** Resolves once the warm pool holds its `poolSize` containers (at once when there is no pool). */
+  whenPoolFull(): Promise<void>;
   /**
-   * Stops serving once in-flight requests are answered and closes the bus connection. Containers
-   * stay (a restarted service reuses them) unless `removeContainers` is true.
+   * Stops serving once in-flight requests are answered, removes the unclaimed pool containers and
+   * closes the bus connection. Session containers stay (a restarted service with the same replica
+   * id takes them back) unless `removeContainers` is true.
    */
   stop(options?: { removeContainers?: boolean }): Promise<void>;
-  /** Removes every container of the namespace; returns how many were removed. */
+  /** Removes every container this replica owns, with its placement; returns how many were removed. */
   removeAll(): Promise<number>;
 }
 
 /**
- * Starts the sandbox service: validates the options, connects to NATS, records the namespace's
- * existing containers, serves ensure/exec/release in queue group `sandbox` and reaps idle
- * containers. Fails with a TackError when the options are invalid or NATS or Docker is unreachable.
+ * Starts a sandbox replica: validates the options, connects to NATS, opens the placement bucket,
+ * takes back this replica's containers, serves ensure/exec/release in queue group `sandbox` and on
+ * its own replica subjects, fills the warm pool, reaps idle containers and removes those of
+ * replicas that are gone. Fails with a TackError when the options are invalid or NATS or Docker
+ * is unreachable.
  */
 export async function startSandboxService(options: SandboxServiceOptions): Promise<SandboxService> {
   const compiled = compileOptions(options);
   // Honours DOCKER_HOST; the default is the local engine's socket.
   const docker = new Docker();
-  const sandboxes = new Sandboxes(docker, compiled);
-  await sandboxes.adopt();
-  const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: "tack-sandbox" });
+  // Before anything is created on the bus: without an engine there is nothing to serve.
+  await docker.ping().catch((error: unknown) => Promise.reject(dockerFailure(error, "reach the Docker engine")));
+  const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: `tack-sandbox-${compiled.replicaId}` });
+  const runtimes = new RuntimeCheck(docker, compiled.runtime);
+  let pool: Pool | undefined;
+  let poolUnavailable: string | undefined;
+  let sandboxes: Sandboxes;
+  let placements: Placements;
+  try {
+    placements = await Placements.open(bus.nc, compiled.namespace);
+    if (compiled.poolSize > 0) {
+      poolUnavailable = await poolObstacle(docker, compiled.runtime);
+      if (!poolUnavailable) {
+        try {
+          pool = new Pool(docker, compiled, await SlotMounts.prepare(join(compiled.poolDir, compiled.namespace, compiled.replicaId)), runtimes, warn);
+        } catch (error) {
+          poolUnavailable = (error as Error).message;
+        }
+      }
+      if (poolUnavailable) warn(`warm pool off: ${poolUnavailable}`);
+    }
+    sandboxes = new Sandboxes(docker, compiled, placements, pool, runtimes, warn);
+    await sandboxes.adopt();
+  } catch (error) {
+    await bus.close();
+    throw error;
+  }
+  const router = new Router(bus, sandboxes, placements);
 
   const inFlight = new Set<Promise<unknown>>();
   const tracked = <Req, Res>(handler: (request: Req) => Promise<Res>) => (request: Req) => {
@@ -46,66 +87,91 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
     void run.catch(() => undefined).finally(() => inFlight.delete(run));
     return run;
   };
+  const ensure = (forwarded: boolean) => tracked((request: EnsureSandboxRequest) =>
+    inSpan("sandbox.ensure", { "tack.session_id": request.sessionId, "tack.tenant": request.tenant, "sandbox.mode": request.mode }, async () => {
+      const result = await router.ensure(request, forwarded);
+      trace.getActiveSpan()?.setAttributes({ "sandbox.created": result.created, "sandbox.pooled": result.pooled, "sandbox.runtime": result.runtime });
+      return result;
+    }));
+  const exec = (forwarded: boolean) => tracked((request: ExecRequest) =>
+    inSpan("sandbox.exec", { "tack.session_id": request.sessionId, "sandbox.mode": request.mode, "sandbox.command": request.argv[0] ?? "" }, async () => {
+      const response = await router.exec(request, forwarded);
+      trace.getActiveSpan()?.setAttributes({ "sandbox.exit_code": response.exitCode, "sandbox.timed_out": response.timedOut });
+      return response;
+    }));
+  const release = (forwarded: boolean) => tracked(async (request: ReleaseSandboxRequest) => ({ removed: await router.release(request, forwarded) }));
 
+  const own = (verb: "ensure" | "exec" | "release" | "ping") => replicaSubject(compiled.namespace, compiled.replicaId, verb);
   const subscriptions = [
-    bus.serve(bus.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, tracked((request: EnsureSandboxRequest) =>
-      inSpan("sandbox.ensure", { "tack.session_id": request.sessionId, "tack.tenant": request.tenant, "sandbox.mode": request.mode }, async () => {
-        const result = await sandboxes.ensure(request);
-        trace.getActiveSpan()?.setAttributes({ "sandbox.created": result.created, "sandbox.runtime": result.runtime });
-        return result;
-      }),
-    )),
-    bus.serve(bus.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, tracked((request: ExecRequest) =>
-      inSpan("sandbox.exec", { "tack.session_id": request.sessionId, "sandbox.command": request.argv[0] ?? "" }, async () => {
-        checkExecRequest(request);
-        const lease = await sandboxes.acquire(request.sessionId);
-        try {
-          const response = await runExec(docker, lease.container, request);
-          trace.getActiveSpan()?.setAttributes({ "sandbox.exit_code": response.exitCode, "sandbox.timed_out": response.timedOut });
-          return response;
-        } catch (error) {
-          if (!(error instanceof ContainerGone)) throw error;
-          sandboxes.forget(request.sessionId);
-          throw notFound(request.sessionId);
-        } finally {
-          lease.done();
-        }
-      }),
-    )),
-    bus.serve(bus.names.sandboxRelease, "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, tracked(async (request: ReleaseSandboxRequest) =>
-      ({ removed: await sandboxes.release(request.sessionId) }),
-    )),
+    bus.serve(bus.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, ensure(false)),
+    bus.serve(bus.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, exec(false)),
+    bus.serve(bus.names.sandboxRelease, "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, release(false)),
+    // Requests other replicas forward for containers this one owns (queue group per replica: a second process with this id shares the work).
+    bus.serve(own("ensure"), "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, ensure(true)),
+    bus.serve(own("exec"), "sandbox", ExecRequest, ExecResponse, exec(true)),
+    bus.serve(own("release"), "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, release(true)),
+    bus.nc.subscribe(own("ping"), { callback: (_error, message) => void message.respond() }),
   ];
 
   // Round trip to the server so that the subscriptions are in place when this function returns.
   await bus.nc.flush();
+  pool?.fill();
+  let collectedAt = 0;
+  let collecting: Promise<void> = Promise.resolve();
+  const collect = () => {
+    collectedAt = Date.now();
+    collecting = sandboxes.collectAbandonedSlots().catch((error: unknown) => warn(`collecting abandoned pool slots failed: ${(error as Error).message}`));
+    return collecting;
+  };
+  void collect();
 
   // Check a few times per idle timeout so a container outlives it by at most a quarter of it.
-  const reapEveryMs = Math.min(Math.max(compiled.idleTimeoutMs / 4, 50), 60_000);
-  let reaping = false;
-  const reaper = setInterval(() => {
-    if (reaping) return;
-    reaping = true;
-    sandboxes
-      .reapIdle()
-      .catch((error: unknown) => process.stderr.write(`${JSON.stringify({ level: "warn", service: "sandbox", message: `idle reaping failed: ${(error as Error).message}` })}\n`))
-      .finally(() => (reaping = false));
-  }, reapEveryMs);
-  reaper.unref();
+  const sweepEveryMs = Math.min(Math.max(compiled.idleTimeoutMs / 4, 50), 60_000);
+  let sweeping = false;
+  const sweeper = setInterval(() => {
+    if (sweeping) return;
+    sweeping = true;
+    Promise.all([
+      sandboxes.reapIdle().catch((error: unknown) => warn(`idle reaping failed: ${(error as Error).message}`)),
+      sandboxes.sweepDeadReplicas((replicaId) => router.isAlive(replicaId)).catch((error: unknown) => warn(`dead replica sweep failed: ${(error as Error).message}`)),
+      Date.now() - collectedAt >= COLLECT_EVERY_MS ? collect() : undefined,
+    ]).finally(() => (sweeping = false));
+  }, sweepEveryMs);
+  sweeper.unref();
 
   let stopped: Promise<void> | undefined;
   return {
     options: compiled,
+    pool: () => pool?.status() ?? { size: 0, ready: 0, ...(poolUnavailable ? { unavailable: poolUnavailable } : {}) },
+    whenPoolFull: async () => pool?.whenFull(),
     removeAll: () => sandboxes.removeAll(),
     stop: (stopOptions = {}) =>
       (stopped ??= (async () => {
-        clearInterval(reaper);
+        clearInterval(sweeper);
         for (const subscription of subscriptions) subscription.unsubscribe();
-        await Promise.allSettled([...inFlight]);
+        await Promise.allSettled([...inFlight, collecting]);
+        await pool?.stop();
+        if (stopOptions.removeContainers) {
+          await sandboxes.removeAll();
+          await pool?.mounts.dispose();
+        }
+        sandboxes.closeChannels();
         // The bus publishes a reply a tick after its handler settles; let the last ones go out before draining.
         await new Promise((resolve) => setImmediate(resolve));
         await bus.close();
-        if (stopOptions.removeContainers) await sandboxes.removeAll();
       })()),
   };
+}
+
+// Why this engine's runtime cannot have a warm pool, if it cannot.
+async function poolObstacle(docker: Docker, runtime: string): Promise<string | undefined> {
+  const found = (await engineRuntimes(docker))[runtime];
+  if (!found) return `Docker runtime ${runtime} is not configured in the engine`;
+  // gVisor and VM runtimes serve the workspace from a snapshot of the host's mounts taken at start.
+  if (!/(^|\/)(runc|crun)$/.test(found.path ?? "")) return `runtime ${runtime} (${found.path}) does not see host mounts made after a container starts, so pool containers could not receive a workspace`;
+  return undefined;
+}
+
+function warn(message: string): void {
+  process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level: "warn", service: "sandbox", message })}\n`);
 }

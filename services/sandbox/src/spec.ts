@@ -1,5 +1,6 @@
 import { realpath, stat } from "node:fs/promises";
 import { isAbsolute } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { ContainerCreateOptions } from "dockerode";
 import { TackError } from "@tack/bus";
 
@@ -8,19 +9,27 @@ export const MODES = ["read-only", "workspace-write", "danger-full-access"] as c
 /** One of {@link MODES}. */
 export type SandboxMode = (typeof MODES)[number];
 
-/** Container labels that identify a session's sandbox (so a restarted service finds its containers). */
+/**
+ * Container labels. Every container carries the namespace and the replica that owns it; one
+ * created for a session carries the session's identity too, while one created for the warm
+ * pool carries its slot (labels are fixed at creation, so a claimed pool container is named
+ * after its session and the rest lives in the placement record).
+ */
 export const LABELS = {
   namespace: "tack.namespace",
+  replica: "tack.replica",
   session: "tack.session",
   tenant: "tack.tenant",
   mode: "tack.mode",
   workspace: "tack.workspace",
+  pool: "tack.pool",
 } as const;
 
 /** Where the session's workspace is mounted inside the container, and the default cwd of commands. */
 export const WORKSPACE_MOUNT = "/workspace";
 
-const FALLBACK_USER = { uid: 1000, gid: 1000 };
+/** The user of a root-owned workspace, and the user warm pool containers are created for. */
+export const DEFAULT_USER = { uid: 1000, gid: 1000 } as const;
 const GIB = 1024 ** 3;
 
 /** Checks that `mode` is a sandbox mode, failing with `sandbox.bad_mode` that lists the valid ones. */
@@ -41,7 +50,8 @@ export interface Workspace {
  * Resolves the workspace directory and picks the user: its owner, so files written in the
  * sandbox belong to whoever owns the workspace, or uid 1000 when root owns it. Commands
  * never run as root, so a root-owned workspace cannot be written and is refused in the
- * writable modes instead of failing on the first write.
+ * writable modes instead of failing on the first write, and one closed to others is refused
+ * in read-only mode too.
  */
 export async function resolveWorkspace(path: string, mode: SandboxMode): Promise<Workspace> {
   if (!path || !isAbsolute(path)) {
@@ -64,47 +74,102 @@ export async function resolveWorkspace(path: string, mode: SandboxMode): Promise
       `workspace ${path} is owned by root and sandboxes never run as root, so mode ${mode} could not write to it; run \`chown -R 1000:1000 ${path}\``,
     );
   }
-  return { path: canonical, ...FALLBACK_USER };
+  // Commands run as uid 1000, which only gets in through the permission bits for others.
+  if ((info.mode & 0o005) !== 0o005) {
+    throw new TackError(
+      "sandbox.workspace_unreadable",
+      `workspace ${path} is owned by root and closed to other users (mode ${(info.mode & 0o777).toString(8)}), so the sandbox's unprivileged user could not enter it; run \`chmod o+rx ${path}\` or \`chown -R 1000:1000 ${path}\``,
+    );
+  }
+  return { path: canonical, ...DEFAULT_USER };
 }
 
-/** Everything that decides how one session's container is created. */
+/** The name of a session's container of one mode: `.` cannot occur in ids, so the name parses back. */
+export function containerName(namespace: string, sessionId: string, mode: SandboxMode): string {
+  return `tack-${namespace}-${sessionId}.${mode}`;
+}
+
+/** The session and mode a container name of `namespace` stands for, if it is a session's container. */
+export function parseContainerName(namespace: string, name: string): { sessionId: string; mode: SandboxMode } | undefined {
+  const prefix = `/tack-${namespace}-`;
+  const bare = name.startsWith("/") ? name : `/${name}`;
+  if (!bare.startsWith(prefix)) return undefined;
+  const rest = bare.slice(prefix.length);
+  const dot = rest.lastIndexOf(".");
+  const mode = rest.slice(dot + 1);
+  if (dot <= 0 || !(MODES as readonly string[]).includes(mode)) return undefined;
+  return { sessionId: rest.slice(0, dot), mode: mode as SandboxMode };
+}
+
+/** The name of a warm pool container. */
+export function poolContainerName(namespace: string, slotId: string): string {
+  return `tack-${namespace}-pool-${slotId}`;
+}
+
+/** Host directory of the exec agent, mounted read-only into every container (so no image rebuild is needed to change it). */
+export const AGENT_DIR = fileURLToPath(new URL("../agent", import.meta.url));
+const AGENT_MOUNT = "/opt/tack";
+
+/** How the workspace reaches /workspace: bound directly, or through a pool slot that the workspace is mounted onto later. */
+export type WorkspaceMount =
+  | { readonly kind: "direct"; readonly path: string; readonly readOnly: boolean }
+  | { readonly kind: "slot"; readonly path: string };
+
+/** Everything that decides how one container is created. */
 export interface SandboxSpec {
   readonly name: string;
   readonly image: string;
   readonly runtime: string;
-  readonly namespace: string;
-  readonly sessionId: string;
-  readonly tenant: string;
-  readonly mode: SandboxMode;
-  readonly workspace: Workspace;
+  readonly labels: Record<string, string>;
+  readonly user: { readonly uid: number; readonly gid: number };
+  readonly workspace: WorkspaceMount;
+  readonly network: boolean;
+  /** From {@link pidsLimit}. */
+  readonly pidsLimit: number;
+}
+
+/**
+ * The pids limit for a runtime. Under gVisor the cgroup counts the sandbox kernel's host
+ * threads (about six per process in the sandbox) and reaching it stops the whole sandbox
+ * instead of failing a fork, so it gets room for about 300 processes; elsewhere 256 processes.
+ */
+export function pidsLimit(runtimePath: string | undefined): number {
+  return /(^|\/)runsc$/.test(runtimePath ?? "") ? 2048 : 256;
 }
 
 /**
  * The Docker create options of a sandbox. The same hardening applies in every mode (non-root
  * user, no capabilities, no-new-privileges, read-only root with size-limited tmpfs scratch,
  * pid/memory/CPU limits, an environment that never includes the service's own); modes only
- * choose the workspace mount and whether there is a network.
+ * choose the workspace mount and whether there is a network. The main process is the exec
+ * agent, talking to the service over its stdin/stdout (held open by an attach).
  */
 export function containerOptions(spec: SandboxSpec): ContainerCreateOptions {
-  const { uid, gid } = spec.workspace;
+  const { uid, gid } = spec.user;
+  const workspace = spec.workspace.kind === "direct"
+    ? { Type: "bind" as const, Source: spec.workspace.path, Target: WORKSPACE_MOUNT, ReadOnly: spec.workspace.readOnly }
+    // rslave: the workspace the service later binds onto the slot on the host appears here; nothing propagates back.
+    : { Type: "bind" as const, Source: spec.workspace.path, Target: WORKSPACE_MOUNT, ReadOnly: false, BindOptions: { Propagation: "rslave" as const } };
   return {
     name: spec.name,
     Image: spec.image,
-    // `sleep infinity` only keeps the container up; commands arrive as execs.
-    Cmd: ["sleep", "infinity"],
+    // -I: ignore PYTHON* variables and user site; -S: no site import (faster start); -B: the root is read-only anyway.
+    Cmd: ["python3", "-I", "-S", "-B", `${AGENT_MOUNT}/agent.py`],
     User: `${uid}:${gid}`,
     WorkingDir: WORKSPACE_MOUNT,
     Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/tack", "LANG=C.UTF-8"],
-    Labels: {
-      [LABELS.namespace]: spec.namespace,
-      [LABELS.session]: spec.sessionId,
-      [LABELS.tenant]: spec.tenant,
-      [LABELS.mode]: spec.mode,
-      [LABELS.workspace]: spec.workspace.path,
-    },
+    Labels: spec.labels,
+    // The agent's channel: stdin stays open across attaches so that a restarted service can attach again.
+    OpenStdin: true,
+    StdinOnce: false,
+    AttachStdin: true,
+    AttachStdout: true,
+    AttachStderr: true,
+    Tty: false,
     HostConfig: {
       Runtime: spec.runtime,
-      // An init as PID 1 reaps the orphans of finished commands, which would otherwise pile up against the pid limit.
+      // An init as PID 1 reaps the orphans of finished commands, which would otherwise pile up against the pid limit;
+      // it exits with the agent, so a dead agent is a stopped container.
       Init: true,
       CapDrop: ["ALL"],
       SecurityOpt: ["no-new-privileges"],
@@ -113,13 +178,15 @@ export function containerOptions(spec: SandboxSpec): ContainerCreateOptions {
         "/tmp": "rw,nosuid,nodev,size=256m,mode=1777",
         "/home/tack": `rw,nosuid,nodev,size=64m,uid=${uid},gid=${gid},mode=0755`,
       },
-      Mounts: [{ Type: "bind", Source: spec.workspace.path, Target: WORKSPACE_MOUNT, ReadOnly: spec.mode === "read-only" }],
-      NetworkMode: spec.mode === "danger-full-access" ? "bridge" : "none",
-      PidsLimit: 256,
+      Mounts: [workspace, { Type: "bind", Source: AGENT_DIR, Target: AGENT_MOUNT, ReadOnly: true }],
+      NetworkMode: spec.network ? "bridge" : "none",
+      PidsLimit: spec.pidsLimit,
       Memory: GIB,
       // Equal to Memory: no swap on top of the memory limit.
       MemorySwap: GIB,
       NanoCpus: 1e9,
+      // The agent's frames go to the service only; logging them would fill the disk with command output.
+      LogConfig: { Type: "none", Config: {} },
     },
   };
 }

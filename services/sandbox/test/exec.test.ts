@@ -45,7 +45,7 @@ describe("sandbox exec", () => {
     expect(left.stdout).not.toMatch(/sleep 30[01]/);
   });
 
-  it("exec - a command ignoring TERM is killed shortly after the timeout", async () => {
+  it("exec - at the timeout the whole process group gets SIGKILL, whatever it traps (137)", async () => {
     const result = await h.exec("s1", ["bash", "-c", "trap '' TERM; sleep 300"], { timeoutMs: 500 });
     expect(result).toMatchObject({ timedOut: true, exitCode: 137 });
   });
@@ -65,6 +65,33 @@ describe("sandbox exec", () => {
     expect(result.truncated).toBe(true);
     expect(result.stdout.length).toBe(MAX_OUTPUT_BYTES);
     expect(result.stderr.length).toBe(MAX_OUTPUT_BYTES);
+  });
+
+  it("exec - large stdin reaches a command that reads it slowly", async () => {
+    const input = "x".repeat(600_000);
+    const result = await h.exec("s1", ["bash", "-c", "sleep 0.3; wc -c"], { stdin: input });
+    expect(result.stdout.trim()).toBe("600000");
+    // A command that never reads its input still finishes.
+    expect((await h.exec("s1", ["true"], { stdin: input })).exitCode).toBe(0);
+  });
+
+  it("exec - several commands run at once in one sandbox", async () => {
+    const startedAt = performance.now();
+    const results = await Promise.all([1, 2, 3, 4].map((i) => h.exec("s1", ["bash", "-c", `sleep 1; echo ${i}`])));
+    expect(results.map((result) => result.stdout)).toEqual(["1\n", "2\n", "3\n", "4\n"]);
+    expect(performance.now() - startedAt).toBeLessThan(3500);
+  });
+
+  it("exec - a working directory that does not exist fails with exit code 126 and says so", async () => {
+    const result = await h.exec("s1", ["true"], { cwd: "/workspace/missing" });
+    expect(result.exitCode).toBe(126);
+    expect(result.stderr).toContain("cannot use working directory /workspace/missing");
+  });
+
+  it("exec - a command whose background child keeps the output open still returns", async () => {
+    const result = await h.exec("s1", ["bash", "-c", "sleep 30 & echo started"], { timeoutMs: 20_000 });
+    expect(result).toMatchObject({ exitCode: 0, stdout: "started\n", timedOut: false });
+    expect(result.durationMs).toBeLessThan(5000);
   });
 
   it("exec - bad requests are refused with sandbox.bad_request", async () => {

@@ -4,6 +4,7 @@ import { chown, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
+import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
 import {
   EnsureSandboxRequest,
@@ -13,7 +14,7 @@ import {
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
 } from "@tack/proto";
-import { startSandboxService, type SandboxService, type SandboxServiceOptions } from "../src/index.js";
+import { placementBucket, startSandboxService, type SandboxService, type SandboxServiceOptions } from "../src/index.js";
 
 export const NATS_URL = "nats://127.0.0.1:4222";
 export const docker = new Docker();
@@ -42,10 +43,10 @@ export class Harness {
     this.bus = bus;
   }
 
-  /** Starts a service in a fresh namespace (or `namespace`) with a client connected to it. */
+  /** Starts a service in a fresh namespace (or `namespace`), without a warm pool unless asked, with a client connected to it. */
   static async start(options: Partial<SandboxServiceOptions> = {}): Promise<Harness> {
     const namespace = options.namespace ?? uniqueNamespace();
-    const service = await startSandboxService({ natsUrl: NATS_URL, ...options, namespace });
+    const service = await startSandboxService({ natsUrl: NATS_URL, poolSize: 0, ...options, namespace });
     const bus = await Bus.connect({ url: NATS_URL, namespace, name: "sandbox-test" });
     return new Harness(namespace, service, bus);
   }
@@ -58,9 +59,9 @@ export class Harness {
     return dir;
   }
 
-  /** The container name the service gives a session's sandbox. */
-  containerName(sessionId: string): string {
-    return `tack-${this.namespace}-${sessionId}`;
+  /** The container name the service gives a session's sandbox of `mode`. */
+  containerName(sessionId: string, mode = "workspace-write"): string {
+    return `tack-${this.namespace}-${sessionId}.${mode}`;
   }
 
   ensure(request: Partial<EnsureSandboxRequest> & { sessionId: string; workspace: string }): Promise<EnsureSandboxResponse> {
@@ -85,16 +86,17 @@ export class Harness {
     return this.bus.request(this.bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId, mode: "" }, ReleaseSandboxResponse);
   }
 
-  /** The ids of the namespace's containers (running or not), optionally of one session. */
+  /** The ids of the namespace's containers (running or not), optionally of one session (found by name: pool containers carry no session label). */
   async containerIds(sessionId?: string): Promise<string[]> {
-    const label = [`tack.namespace=${this.namespace}`, ...(sessionId ? [`tack.session=${sessionId}`] : [])];
-    const containers = await docker.listContainers({ all: true, filters: { label } });
-    return containers.map((container) => container.Id);
+    const containers = await docker.listContainers({ all: true, filters: { label: [`tack.namespace=${this.namespace}`] } });
+    const prefix = `/tack-${this.namespace}-${sessionId}.`;
+    return containers.filter((container) => !sessionId || container.Names.some((name) => name.startsWith(prefix))).map((container) => container.Id);
   }
 
-  /** Removes the containers and workspaces and stops the service and client. */
+  /** Removes the containers, the placement bucket and the workspaces, and stops the service and client. */
   async cleanup(): Promise<void> {
     await this.service.stop({ removeContainers: true });
+    await new Kvm(this.bus.nc).open(placementBucket(this.namespace)).then((kv) => kv.destroy()).catch(() => undefined);
     await this.bus.close();
     await Promise.all(this.#workspaces.map((dir) => rm(dir, { recursive: true, force: true })));
   }

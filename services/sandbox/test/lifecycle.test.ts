@@ -1,4 +1,6 @@
+import { chmod } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ReleaseSandboxRequest, ReleaseSandboxResponse } from "@tack/proto";
 import { startSandboxService } from "../src/index.js";
 import { docker, Harness, NATS_URL, rejection } from "./helpers.js";
 
@@ -21,7 +23,9 @@ describe("sandbox lifecycle", () => {
 
     const info = await docker.getContainer(first.containerId).inspect();
     expect(info.Name).toBe(`/${h.containerName("s-idem")}`);
-    expect(info.Config.Labels).toMatchObject({ "tack.namespace": h.namespace, "tack.session": "s-idem", "tack.tenant": "acme", "tack.mode": "workspace-write" });
+    expect(info.Config.Labels).toMatchObject({
+      "tack.namespace": h.namespace, "tack.replica": h.service.options.replicaId, "tack.session": "s-idem", "tack.tenant": "acme", "tack.mode": "workspace-write",
+    });
     expect(info.Config.User).toBe("1000:1000");
     expect([...info.Config.Env].sort()).toEqual(["HOME=/home/tack", "LANG=C.UTF-8", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]);
     expect(info.HostConfig).toMatchObject({
@@ -35,7 +39,13 @@ describe("sandbox lifecycle", () => {
       Runtime: "runc",
     });
     expect(Object.keys(info.HostConfig.Tmpfs ?? {}).sort()).toEqual(["/home/tack", "/tmp"]);
-    expect(info.Mounts).toEqual([expect.objectContaining({ Type: "bind", Destination: "/workspace", RW: true })]);
+    expect(info.HostConfig.LogConfig?.Type).toBe("none");
+    // The workspace, and the exec agent's directory (read-only), which runs as the container's main process.
+    expect([...info.Mounts].sort((a, b) => a.Destination.localeCompare(b.Destination))).toEqual([
+      expect.objectContaining({ Type: "bind", Destination: "/opt/tack", RW: false }),
+      expect.objectContaining({ Type: "bind", Destination: "/workspace", RW: true }),
+    ]);
+    expect(info.Config.Cmd).toEqual(["python3", "-I", "-S", "-B", "/opt/tack/agent.py"]);
   });
 
   it("ensure - two concurrent ensures of one session create one container", async () => {
@@ -54,13 +64,29 @@ describe("sandbox lifecycle", () => {
     expect((await h.exec("s-stopped", ["echo", "back"])).stdout).toBe("back\n");
   });
 
-  it("ensure - refuses another mode or workspace while the session's sandbox lives", async () => {
+  it("ensure - another mode gets the session a second container, and exec picks one by mode", async () => {
+    const workspace = await h.workspace();
+    const first = await h.ensure({ sessionId: "s-modes", workspace });
+    const readOnly = await h.ensure({ sessionId: "s-modes", workspace, mode: "read-only" });
+    expect(readOnly.created).toBe(true);
+    expect(readOnly.containerId).not.toBe(first.containerId);
+    expect((await h.containerIds("s-modes")).sort()).toEqual([first.containerId, readOnly.containerId].sort());
+    expect((await docker.getContainer(readOnly.containerId).inspect()).Name).toBe(`/${h.containerName("s-modes", "read-only")}`);
+    // Without a mode, exec runs in the session's first container.
+    expect((await h.exec("s-modes", ["touch", "/workspace/f"])).exitCode).toBe(0);
+    expect((await h.exec("s-modes", ["touch", "/workspace/g"], { mode: "read-only" })).stderr).toContain("Read-only file system");
+    expect((await rejection(h.exec("s-modes", ["true"], { mode: "danger-full-access" }))).code).toBe("sandbox.not_found");
+    // Releasing one mode keeps the other.
+    expect(await h.bus.request(h.bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId: "s-modes", mode: "read-only" }, ReleaseSandboxResponse)).toEqual({ removed: true });
+    expect(await h.containerIds("s-modes")).toEqual([first.containerId]);
+  });
+
+  it("ensure - refuses another workspace or tenant while the session's sandbox lives", async () => {
     const workspace = await h.workspace();
     await h.ensure({ sessionId: "s-conflict", workspace });
-    const error = await rejection(h.ensure({ sessionId: "s-conflict", workspace, mode: "read-only" }));
+    const error = await rejection(h.ensure({ sessionId: "s-conflict", workspace: await h.workspace() }));
     expect(error.code).toBe("sandbox.conflict");
     expect(error.message).toContain("release it first");
-    expect((await rejection(h.ensure({ sessionId: "s-conflict", workspace: await h.workspace() }))).code).toBe("sandbox.conflict");
     expect((await rejection(h.ensure({ sessionId: "s-conflict", workspace, tenant: "other" }))).code).toBe("sandbox.conflict");
   });
 
@@ -78,12 +104,16 @@ describe("sandbox lifecycle", () => {
     expect((await rejection(h.ensure({ sessionId: "s-missing", workspace: "relative/dir" }))).code).toBe("sandbox.bad_workspace");
   });
 
-  it("ensure - a root-owned workspace is refused in writable modes with the chown fix, allowed read-only", async () => {
+  it("ensure - a root-owned workspace is refused in writable modes with the chown fix, allowed read-only when others may enter", async () => {
     const workspace = await h.workspace(0, 0);
     const error = await rejection(h.ensure({ sessionId: "s-root", workspace }));
     expect(error.code).toBe("sandbox.workspace_owned_by_root");
     expect(error.message).toContain(`chown -R 1000:1000 ${workspace}`);
     expect(await h.containerIds("s-root")).toEqual([]);
+    const closed = await rejection(h.ensure({ sessionId: "s-root", workspace, mode: "read-only" }));
+    expect(closed.code).toBe("sandbox.workspace_unreadable");
+    expect(closed.message).toContain(`chmod o+rx ${workspace}`);
+    await chmod(workspace, 0o755);
     await h.ensure({ sessionId: "s-root", workspace, mode: "read-only" });
     expect((await h.exec("s-root", ["id", "-u"])).stdout).toBe("1000\n");
   });
@@ -121,12 +151,16 @@ describe("sandbox lifecycle", () => {
 });
 
 describe("sandbox lifecycle with other settings", () => {
-  it("ensure - a runtime the engine does not have fails clearly and creates no container", async () => {
-    const h = await Harness.start({ runtime: "nonexistent-runtime" });
+  it("ensure - a runtime the engine does not have fails clearly, never falls back to another, and creates no container", async () => {
+    const h = await Harness.start({ runtime: "nonexistent-runtime", poolSize: 2 });
     try {
-      const error = await rejection(h.ensure({ sessionId: "s-runtime", workspace: await h.workspace() }));
-      expect(error.code).toBe("sandbox.runtime_missing");
-      expect(error.message).toContain("Docker runtime nonexistent-runtime is not configured");
+      // Not even the warm pool starts containers under another runtime.
+      expect(h.service.pool()).toMatchObject({ size: 0, unavailable: expect.stringContaining("runtime nonexistent-runtime is not configured") });
+      for (const mode of ["workspace-write", "read-only", "danger-full-access"]) {
+        const error = await rejection(h.ensure({ sessionId: "s-runtime", workspace: await h.workspace(), mode }));
+        expect(error.code).toBe("sandbox.runtime_missing");
+        expect(error.message).toContain("Docker runtime nonexistent-runtime is not configured");
+      }
       expect(await h.containerIds()).toEqual([]);
     } finally {
       await h.cleanup();

@@ -1,0 +1,93 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFile, rmdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Kvm } from "@nats-io/kv";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { placementBucket, replicaSubject, startSandboxService, type Placement } from "../src/index.js";
+import { disposeReplicaDir } from "../src/mounts.js";
+import { docker, Harness, NATS_URL, rejection, uniqueNamespace } from "./helpers.js";
+
+const root = join(import.meta.dirname, "../../..");
+
+async function until<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+describe("sandbox placement across replicas", () => {
+  const namespace = uniqueNamespace();
+  const poolDir = join(tmpdir(), `tack-pool-${namespace}`);
+  let replicaA: ChildProcess;
+  let h: Harness;
+  let workspace: string;
+
+  beforeAll(async () => {
+    // Replica a runs as its own process so that it can really die (SIGKILL, no cleanup).
+    replicaA = spawn(process.execPath, ["--import", "tsx", "services/sandbox/src/main.ts"], {
+      cwd: root,
+      env: { ...process.env, NATS_URL, TACK_NAMESPACE: namespace, TACK_SANDBOX_REPLICA: "a", TACK_SANDBOX_POOL_SIZE: "1", TACK_SANDBOX_POOL_DIR: poolDir },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    replicaA.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    await until("replica a to fill its pool", async () => stderr.includes("warm pool full") || (replicaA.exitCode !== null && Promise.reject(new Error(stderr))));
+    // Replica b starts only after a's session exists, so that a is the one that creates it.
+    h = await Harness.start({ namespace, replicaId: "b", poolSize: 0, idleTimeoutMs: 2000 });
+    await h.service.stop();
+    workspace = await h.workspace();
+  });
+  afterAll(async () => {
+    replicaA.kill("SIGKILL");
+    await h.cleanup();
+    // What a left if a test failed before b collected it.
+    for (const id of await h.containerIds()) await docker.getContainer(id).remove({ force: true });
+    await disposeReplicaDir(join(poolDir, namespace, "a"));
+    await rmdir(poolDir).catch(() => undefined);
+  });
+
+  it("placement - the owner is recorded in KV, and either replica serves the session", async () => {
+    // Only a serves now: the session is claimed from a's pool.
+    const ensured = await h.ensure({ sessionId: "s1", workspace });
+    expect(ensured.created).toBe(true);
+    const kv = await new Kvm(h.bus.nc).open(placementBucket(namespace));
+    const entry = await kv.get("s1.workspace-write");
+    const placement = entry?.json<Placement>();
+    expect(placement).toMatchObject({ replica: "a", container_id: ensured.containerId, tenant: "acme", runtime: "runc" });
+    expect(placement?.slot).toContain(poolDir);
+
+    h.service = await startSandboxService({ natsUrl: NATS_URL, namespace, replicaId: "b", poolSize: 0, idleTimeoutMs: 2000 });
+    // Watch what b forwards to a: a plain subscriber sees the requests a serves in its queue group.
+    let forwarded = 0;
+    const watch = h.bus.nc.subscribe(replicaSubject(namespace, "a", "exec"), { callback: () => void (forwarded += 1) });
+    await h.bus.nc.flush();
+    const results = await Promise.all(Array.from({ length: 30 }, (_, i) => h.exec("s1", ["echo", String(i)])));
+    watch.unsubscribe();
+    expect(results.map((result) => result.stdout)).toEqual(Array.from({ length: 30 }, (_, i) => `${i}\n`));
+    // The queue group spreads requests over both replicas; b sent its share on to the owner.
+    expect(forwarded).toBeGreaterThan(0);
+    for (let i = 0; i < 6; i++) expect(await h.ensure({ sessionId: "s1", workspace })).toMatchObject({ containerId: ensured.containerId, created: false });
+  });
+
+  it("placement - a dead replica's containers, pool slots and records are removed by a live one, and its sessions start again there", async () => {
+    // s1, and the pool container a started after the claim.
+    await until("a's pool to refill", async () => (await h.containerIds()).length === 2);
+    replicaA.kill("SIGKILL");
+    await until("a's containers to be removed", async () => (await h.containerIds()).length === 0);
+    const mounts = async () => (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((line) => line.split(" ")[4]?.startsWith(poolDir));
+    // Its slots (the claimed one with s1's workspace on it) and its replica directory are unmounted.
+    await until("a's mounts to be gone", async () => (await mounts()).length === 0, 5000).catch(async () => expect(await mounts()).toEqual([]));
+    const kv = await new Kvm(h.bus.nc).open(placementBucket(namespace));
+    expect((await kv.get("s1.workspace-write"))?.operation ?? "gone").not.toBe("PUT");
+    expect((await rejection(h.exec("s1", ["true"]))).code).toBe("sandbox.not_found");
+    const again = await h.ensure({ sessionId: "s1", workspace });
+    expect(again.created).toBe(true);
+    expect((await kv.get("s1.workspace-write"))?.json<Placement>()).toMatchObject({ replica: "b", container_id: again.containerId });
+    expect((await h.exec("s1", ["echo", "back"])).stdout).toBe("back\n");
+  });
+});
