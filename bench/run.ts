@@ -14,8 +14,9 @@ import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, Subm
 import { startLoopService } from "@tack/loop-service";
 import { startLlmService } from "@tack/llm-service";
 import { startToolsService } from "@tack/tools-service";
-import { startSandboxService } from "@tack/sandbox-service";
+import { placementBucket, startSandboxService } from "@tack/sandbox-service";
 import { benchContext } from "./context.js";
+import { benchSandbox } from "./sandbox.js";
 
 const STEPS = Number(process.env.TACK_BENCH_STEPS ?? 200);
 const APPENDS = Number(process.env.TACK_BENCH_APPENDS ?? 2_000);
@@ -110,6 +111,8 @@ async function main(): Promise<void> {
 
     process.stderr.write("context: 5-step task, cold then warm cache\n");
     const context = await benchContext({ natsUrl, namespace });
+    process.stderr.write("sandbox: exec, claim, cold starts, runsc slowdown\n");
+    const sandbox = await benchSandbox({ natsUrl });
 
     let commit = "unknown";
     try { commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: root }).toString().trim(); } catch { /* not a checkout */ }
@@ -122,6 +125,7 @@ async function main(): Promise<void> {
       tool_roundtrip_ms: { p50: percentile(roundtrip, 50), p99: percentile(roundtrip, 99), definition: "tool/call → tool/result for bash `true` in a warm sandbox" },
       log_append_per_s: appendPerS,
       ...context,
+      ...sandbox,
     };
     mkdirSync(join(root, "bench/results"), { recursive: true });
     writeFileSync(join(root, "bench/results/latest.json"), `${JSON.stringify(result, null, 2)}\n`);
@@ -134,6 +138,7 @@ async function main(): Promise<void> {
     await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
     await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
     await (await SpillBucket.open(bus.nc, bus.names).catch(() => undefined))?.destroy().catch(() => undefined);
+    await new Kvm(bus.nc).open(placementBucket(bus.names.namespace)).then((kv) => kv.destroy()).catch(() => undefined);
     await bus.close();
     rmSync(work, { recursive: true, force: true });
   }

@@ -10,6 +10,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
+import { placementBucket } from "@tack/sandbox-service";
 import { launch, type Launched } from "@tack/cli";
 import { APPROVAL_TEXT } from "@tack/loop-service";
 
@@ -82,6 +83,7 @@ afterAll(async () => {
   await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
   await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
   await (await SpillBucket.open(bus.nc, bus.names).catch(() => undefined))?.destroy().catch(() => undefined);
+  await new Kvm(bus.nc).open(placementBucket(bus.names.namespace)).then((kv) => kv.destroy()).catch(() => undefined);
   await bus.close();
   try {
     const ids = execFileSync("docker", ["ps", "-aq", "--filter", `label=tack.namespace=${namespace}`]).toString().split("\n").filter(Boolean);

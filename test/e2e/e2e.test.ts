@@ -11,6 +11,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
+import { placementBucket } from "@tack/sandbox-service";
 import { launch, type Launched } from "@tack/cli";
 import { RECOVERY_TEXT } from "@tack/loop-service";
 
@@ -103,6 +104,7 @@ afterAll(async () => {
   await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
   await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
   await (await SpillBucket.open(bus.nc, bus.names).catch(() => undefined))?.destroy().catch(() => undefined);
+  await new Kvm(bus.nc).open(placementBucket(bus.names.namespace)).then((kv) => kv.destroy()).catch(() => undefined);
   await bus.close();
   try {
     const ids = execFileSync("docker", ["ps", "-aq", "--filter", `label=tack.namespace=${namespace}`]).toString().split("\n").filter(Boolean);
@@ -126,7 +128,9 @@ describe("end to end", () => {
     const [listing, uid, host] = String(result.content).split("\n");
     expect(listing).toBe("hello.txt");
     expect(uid).toBe("1000");
-    const container = execFileSync("docker", ["ps", "-q", "--no-trunc", "--filter", `label=tack.session=${id}`]).toString().trim();
+    // The session's container (claimed from the warm pool or started cold) is named after the session and mode.
+    const container = execFileSync("docker", ["ps", "-q", "--no-trunc", "--filter", `name=tack-${namespace}-${id}.`]).toString().trim();
+    expect(container).toMatch(/^[0-9a-f]{64}$/);
     expect(container.startsWith(String(host))).toBe(true);
     expect(log.map((e) => e.seq)).toEqual(log.map((_, i) => i + 1));
     expect(log.at(-1)!.turnEnd).toMatchObject({ reason: "completed" });
