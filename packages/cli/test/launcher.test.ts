@@ -81,8 +81,9 @@ describe("launcher", () => {
     expect(await child.tail(20)).not.toContain("first run");
     expect(readFileSync(logFile, "utf8")).toMatch(/first run\n--- .* starting demo: /);
 
-    const sleeper = spawnChild("sleeper", process.execPath, ["-e", "process.on('SIGTERM', () => {}); setInterval(() => {}, 1000)"], { cwd: scratch, env: process.env, logFile });
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    const sleeper = spawnChild("sleeper", process.execPath, ["-e", "process.on('SIGTERM', () => {}); console.log('sleeper ready'); setInterval(() => {}, 1000)"], { cwd: scratch, env: process.env, logFile });
+    // Only once it ignores SIGTERM does the SIGKILL escalation get tested (a loaded machine starts node slowly).
+    for (let i = 0; i < 200 && !readFileSync(logFile, "utf8").includes("sleeper ready"); i++) await new Promise((resolve) => setTimeout(resolve, 50));
     await sleeper.stop(300);
     expect(describeExit(sleeper.exit()!)).toBe("was killed by SIGKILL");
   });
