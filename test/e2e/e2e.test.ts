@@ -159,6 +159,26 @@ describe("end to end", () => {
     expect(session.usage.turns).toEqual([{ turn: 1, cost_usd: 0 }]);
   });
 
+  it("e2e - replay re-runs a recorded session with no key: same tool calls, really executed again", async () => {
+    const ws = workspace("recorded");
+    const id = await createSession(`scripted:${script("recorded", [
+      { reasoning: "Count the lines.", content: "Counting.", tool_calls: [{ name: "bash", arguments: { command: "wc -l < hello.txt" } }] },
+      { content: "One line." },
+    ])}`, ws);
+    await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "how many lines in hello.txt?" } });
+    const recorded = await waitFor(id, turnEnded(1));
+    // The recording is the log as JSON lines, exactly what `tack events <id> --json` prints.
+    const file = join(work, "recording.jsonl");
+    writeFileSync(file, recorded.map((e) => JSON.stringify(e)).join("\n"));
+    const replayed = await createSession(`replay:${file}`, workspace("replayed"));
+    await api(`/v1/sessions/${replayed}/messages`, { method: "POST", json: { text: "how many lines in hello.txt?" } });
+    const log = await waitFor(replayed, turnEnded(1));
+    const assistant = (events: EventJson[]) => events.filter((e) => e.type === "assistant/message").map((e) => [e.assistantMessage!.content, e.assistantMessage!.toolCalls]);
+    expect(assistant(log)).toEqual(assistant(recorded));
+    expect(log.find((e) => e.type === "tool/result")!.toolResult!.content).toMatch(/^1\n/);
+    expect(log.at(-1)!.turnEnd).toMatchObject({ reason: "completed" });
+  });
+
   it("e2e - killing the loop (SIGKILL) during a tool call: the session resumes, nothing duplicated or lost", async () => {
     const ws = workspace("crash");
     const id = await createSession(`scripted:${script("crash", [

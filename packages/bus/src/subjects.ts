@@ -16,6 +16,10 @@ export interface Names {
   readonly loopCreate: string;
   readonly loopSubmit: string;
   readonly loopDecide: string;
+  /** Sandbox mode changes of sessions no process owns (queue group `loop`). */
+  readonly loopMode: string;
+  /** Subject the current owner of a session takes sandbox mode changes on. */
+  loopSessionMode(sessionId: string): string;
   /** Subject the current owner of a session takes approval decisions on. */
   loopSessionDecide(sessionId: string): string;
   /** Subject the current owner of a session listens on. */
@@ -58,6 +62,8 @@ export function names(namespace = "tack"): Names {
     loopCreate: `${namespace}.loop.create`,
     loopSubmit: `${namespace}.loop.submit`,
     loopDecide: `${namespace}.loop.decide`,
+    loopMode: `${namespace}.loop.mode`,
+    loopSessionMode: (sessionId) => `${namespace}.loop.session.${sessionId}.mode`,
     loopSessionDecide: (sessionId) => `${namespace}.loop.session.${sessionId}.decide`,
     loopSessionSubmit: (sessionId) => `${namespace}.loop.session.${sessionId}.submit`,
     logSubject: (tenant, sessionId) => `${namespace}.log.${tenant}.${sessionId}`,

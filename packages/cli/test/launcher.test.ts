@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -81,7 +81,10 @@ describe("launcher", () => {
     expect(await child.tail(20)).not.toContain("first run");
     expect(readFileSync(logFile, "utf8")).toMatch(/first run\n--- .* starting demo: /);
 
-    const sleeper = spawnChild("sleeper", process.execPath, ["-e", "process.on('SIGTERM', () => {}); console.log('sleeper ready'); setInterval(() => {}, 1000)"], { cwd: scratch, env: process.env, logFile });
+    // A script file, not `-e`: this Node build lets SIGTERM end an `-e` script despite its handler.
+    const sleeperScript = join(scratch, "sleeper.cjs");
+    writeFileSync(sleeperScript, "process.on('SIGTERM', () => {}); console.log('sleeper ready'); setInterval(() => {}, 1000);\n");
+    const sleeper = spawnChild("sleeper", process.execPath, [sleeperScript], { cwd: scratch, env: process.env, logFile });
     // Only once it ignores SIGTERM does the SIGKILL escalation get tested (a loaded machine starts node slowly).
     for (let i = 0; i < 200 && !readFileSync(logFile, "utf8").includes("sleeper ready"); i++) await new Promise((resolve) => setTimeout(resolve, 50));
     await sleeper.stop(300);

@@ -5,7 +5,7 @@ export { ApprovalAsked, ApprovalDecided, ApprovalPolicySet, AssistantChunks, Ass
 export { CheckModelRequest, CheckModelResponse, CompleteDone, CompleteRequest, CompleteStreamMessage, CountTokensRequest, CountTokensResponse, EstimateCostRequest, EstimateCostResponse, RetryNotice } from "./gen/tack/llm/v1/llm.js";
 export { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse } from "./gen/tack/tools/v1/tools.js";
 export { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ReleaseSandboxRequest, ReleaseSandboxResponse } from "./gen/tack/sandbox/v1/sandbox.js";
-export { CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SubmitMessageRequest, SubmitMessageResponse } from "./gen/tack/loop/v1/loop.js";
+export { CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest, SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse } from "./gen/tack/loop/v1/loop.js";
 export { Timestamp } from "./gen/google/protobuf/timestamp.js";
 export { EVENT_CATALOG, type EventPayloadCase, type EventTypeInfo } from "./gen/catalog.js";
 export type { MessageFns } from "./gen/tack/common/v1/error.js";

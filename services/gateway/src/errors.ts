@@ -34,6 +34,7 @@ const CALLER_ERROR_STATUS: Record<string, number> = {
   "loop.bad_budget": 400,
   "loop.bad_decision": 400,
   "loop.no_pending_approval": 404,
+  "loop.mode_change_refused": 409,
   "llm.unknown_model": 400,
   "llm.missing_key": 400,
   "llm.bad_script": 400,

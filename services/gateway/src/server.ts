@@ -10,6 +10,7 @@ import { openDatabase, ping, type Database } from "./db.js";
 import { GatewayError, respondWithErrors } from "./errors.js";
 import { streamEvents } from "./events.js";
 import { compose, sendJson, type Exchange, type Handler } from "./http.js";
+import { setSandboxMode } from "./mode.js";
 import { tenantUsage } from "./usage.js";
 import { sessionContext } from "./context.js";
 import { compileOptions, type GatewayOptions } from "./options.js";
@@ -65,6 +66,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       { method: "POST", pattern: "/v1/sessions/:id/messages", handler: submitMessage(context) },
       { method: "GET", pattern: "/v1/sessions/:id/events", handler: streamEvents(context) },
       { method: "POST", pattern: "/v1/sessions/:id/approvals/:call_id", handler: decideApproval(context) },
+      { method: "POST", pattern: "/v1/sessions/:id/sandbox_mode", handler: setSandboxMode(context) },
       { method: "GET", pattern: "/v1/sessions/:id/context", handler: sessionContext(context) },
       { method: "GET", pattern: "/v1/usage", handler: tenantUsage(context) },
     ];

@@ -44,6 +44,11 @@ export class SessionIndex {
       .orderBy("created_at", "desc").orderBy("id", "desc").limit(limit).offset(offset).execute();
   }
 
+  /** Records a session's new sandbox mode (and the activity). */
+  async setSandboxMode(id: string, mode: string): Promise<void> {
+    await this.#db.updateTable("sessions").set({ sandbox_mode: mode, updated_at: timestamp() }).where("id", "=", id).execute();
+  }
+
   /** Records activity on a session (a posted message). */
   async touchSession(id: string): Promise<void> {
     await this.#db.updateTable("sessions").set({ updated_at: timestamp() }).where("id", "=", id).execute();

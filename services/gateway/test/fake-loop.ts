@@ -5,12 +5,15 @@ import { randomBytes } from "node:crypto";
 import { Bus, TackError } from "@tack/bus";
 import { draft, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
 import {
-  CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SubmitMessageRequest, SubmitMessageResponse,
+  CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest, SetSandboxModeResponse,
+  SubmitMessageRequest, SubmitMessageResponse,
 } from "@tack/proto";
 
 /** A loop that owns sessions in memory; `subjects` records which subject served each call. */
 export class FakeLoop {
   readonly subjects: string[] = [];
+  /** When set, sandbox mode changes are refused with `loop.mode_change_refused` and this message. */
+  refuseModeChange: string | undefined;
   readonly #bus: Bus;
   readonly #writers = new Map<string, SessionLogWriter>();
   readonly #turns = new Map<string, number>();
@@ -19,7 +22,7 @@ export class FakeLoop {
     this.#bus = bus;
   }
 
-  /** Connects and serves `loop.create`, `loop.submit` and `loop.decide`. */
+  /** Connects and serves `loop.create`, `loop.submit`, `loop.decide` and `loop.mode`. */
   static async start(url: string, namespace: string): Promise<FakeLoop> {
     const loop = new FakeLoop(await Bus.connect({ url, namespace, name: "fake-loop" }));
     const { names } = loop.#bus;
@@ -42,6 +45,11 @@ export class FakeLoop {
       loop.subjects.push(context.subject);
       await loop.#claim(request.tenant, request.sessionId);
       return loop.#decide(request);
+    });
+    loop.#bus.serve(names.loopMode, "loop", SetSandboxModeRequest, SetSandboxModeResponse, async (request, context) => {
+      loop.subjects.push(context.subject);
+      await loop.#claim(request.tenant, request.sessionId);
+      return loop.#setMode(request);
     });
     await loop.#bus.nc.flush();
     return loop;
@@ -67,6 +75,10 @@ export class FakeLoop {
       this.subjects.push(context.subject);
       return this.#decide(request);
     });
+    this.#bus.serve(this.#bus.names.loopSessionMode(sessionId), "owner", SetSandboxModeRequest, SetSandboxModeResponse, async (request, context) => {
+      this.subjects.push(context.subject);
+      return this.#setMode(request);
+    });
     await this.#bus.nc.flush();
     return writer;
   }
@@ -81,6 +93,12 @@ export class FakeLoop {
     const [event] = await this.#writers.get(request.sessionId)!.append(draft("approvalDecided", {
       callId: request.callId, decision: request.decision, decidedBy: request.decidedBy,
     }, "loop"));
+    return { seq: event!.seq };
+  }
+
+  async #setMode(request: SetSandboxModeRequest): Promise<SetSandboxModeResponse> {
+    if (this.refuseModeChange) throw new TackError("loop.mode_change_refused", this.refuseModeChange);
+    const [event] = await this.#writers.get(request.sessionId)!.append(draft("sandboxMode", { mode: request.mode }, "loop"));
     return { seq: event!.seq };
   }
 

@@ -402,6 +402,45 @@ describe("gateway", () => {
     expect(loop.subjects).toEqual([]);
   });
 
+  it("sandbox mode - a change goes to the session's owner, is logged and indexed; a refusal is 409", async () => {
+    const session = await createSession({ sandbox_mode: "danger-full-access" });
+    loop.subjects.length = 0;
+    const res = await call("POST", `/v1/sessions/${session.id}/sandbox_mode`, { body: { mode: "read-only" } });
+    expect(res.status, JSON.stringify(res.json)).toBe(200);
+    expect(res.json).toEqual({ seq: 2, sandbox_mode: "read-only" });
+    expect(loop.subjects).toEqual([bus.names.loopSessionMode(session.id)]);
+    const events = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id });
+    expect(events.at(-1)!.payload).toEqual({ $case: "sandboxMode", value: { mode: "read-only" } });
+    expect((await call("GET", `/v1/sessions/${session.id}`)).json.sandbox_mode).toBe("read-only");
+    loop.refuseModeChange = "cannot change the sandbox mode to read-only: a process started under the wider mode danger-full-access is still running";
+    try {
+      const refused = await call("POST", `/v1/sessions/${session.id}/sandbox_mode`, { body: { mode: "read-only" } });
+      expect(refused.status).toBe(409);
+      expect(refused.json.error).toEqual({ code: "loop.mode_change_refused", message: loop.refuseModeChange });
+    } finally {
+      loop.refuseModeChange = undefined;
+    }
+  });
+
+  it("sandbox mode - the body, the key and the tenant are checked before the loop is asked", async () => {
+    const session = await createSession();
+    const other = await createSession({}, KEY_GLOBEX);
+    loop.subjects.length = 0;
+    const path = `/v1/sessions/${session.id}/sandbox_mode`;
+    for (const [body, message] of [
+      [{}, "mode: is required: read-only, workspace-write, danger-full-access"],
+      [{ mode: "full" }, 'mode: must be one of read-only, workspace-write, danger-full-access, got "full"'],
+    ] as const) {
+      const res = await call("POST", path, { body });
+      expect(res.status).toBe(400);
+      expect(res.json.error.message).toContain(message);
+    }
+    expect((await call("POST", path, { key: null, body: { mode: "read-only" } })).status).toBe(401);
+    const foreign = await call("POST", `/v1/sessions/${other.id}/sandbox_mode`, { body: { mode: "read-only" } });
+    expect(foreign.status).toBe(404);
+    expect(loop.subjects).toEqual([]);
+  });
+
   it("events - follow=0 sends from a seq to the current end and ends", async () => {
     const session = await createSession();
     for (const text of ["one", "two", "three"]) await post(session.id, text);

@@ -4,8 +4,8 @@ import type { Subscription } from "@nats-io/nats-core";
 import { assertToken, Bus, TackError } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
 import {
-  CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SubmitMessageRequest,
-  SubmitMessageResponse,
+  CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest,
+  SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse,
 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
@@ -65,7 +65,7 @@ export interface LoopService {
 }
 
 /**
- * Starts a loop replica: serves session creation, user messages and approval decisions, runs
+ * Starts a loop replica: serves session creation, user messages, approval decisions and sandbox mode changes, runs
  * turns, and takes over sessions whose owner stopped renewing its lease (crash recovery).
  */
 export async function startLoopService(options: LoopOptions): Promise<LoopService> {
@@ -128,6 +128,15 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     return { seq: await runtime.decide(req.callId, req.decision as Decision, req.decidedBy) };
   };
 
+  const modeOn = (runtime: SessionRuntime) => async (req: SetSandboxModeRequest): Promise<SetSandboxModeResponse> => {
+    if (!runtime.meta || (req.tenant || "local") !== runtime.tenant) {
+      throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
+    }
+    if (!req.changedBy) throw new TackError("loop.bad_sandbox_mode", "changed_by is empty; say who changes the mode (the caller's tenant or user)");
+    await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
+    return { seq: await runtime.setSandboxMode(req.mode, req.changedBy) };
+  };
+
   /** Claims a session (waiting out another owner's lease), loads it and runs recovery. */
   const acquire = (tenant: string, sessionId: string, waitMs: number): Promise<SessionRuntime> => {
     const key = Leases.key(tenant, sessionId);
@@ -147,6 +156,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       const subscriptions = [
         bus.serve(bus.names.loopSessionSubmit(sessionId), "loop-owner", SubmitMessageRequest, SubmitMessageResponse, submitOn(runtime)),
         bus.serve(bus.names.loopSessionDecide(sessionId), "loop-owner", DecideApprovalRequest, DecideApprovalResponse, decideOn(runtime)),
+        bus.serve(bus.names.loopSessionMode(sessionId), "loop-owner", SetSandboxModeRequest, SetSandboxModeResponse, modeOn(runtime)),
       ];
       owned.set(key, { runtime, subscriptions });
       if (runtime.meta) {
@@ -213,6 +223,20 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
     try {
       return await decideOn(runtime)(req);
+    } finally {
+      forget(runtime);
+    }
+  });
+
+  // A mode change for a session no process owns: claim it like a message does (recovery may
+  // start a turn, which then refuses the change as busy).
+  bus.serve(bus.names.loopMode, "loop", SetSandboxModeRequest, SetSandboxModeResponse, async (req) => {
+    const tenant = req.tenant || "local";
+    assertToken("session id", req.sessionId);
+    assertToken("tenant", tenant);
+    const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
+    try {
+      return await modeOn(runtime)(req);
     } finally {
       forget(runtime);
     }

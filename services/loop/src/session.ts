@@ -13,6 +13,7 @@ import {
   approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, PendingApprovals, planCalls, sandboxModeOf, type CallPlan, type DecidedPlan, type Decision,
 } from "./approvals.js";
 import { Compactor, type CompactionSettings } from "./compaction.js";
+import { assertNoWiderProcesses, assertSandboxMode } from "./mode.js";
 import { sessionSpend, type Budgets } from "./budget.js";
 import type { Lease, Leases } from "./lease.js";
 
@@ -81,6 +82,8 @@ export class SessionRuntime {
   #lost = false;
   /** Set by `stopTurn`: the running turn ends at its next step boundary. */
   #stopping = false;
+  /** True while a sandbox mode change checks the containers (messages and other changes are refused meanwhile). */
+  #changingMode = false;
   readonly #approvals: PendingApprovals;
   readonly #compactor: Compactor;
 
@@ -184,15 +187,39 @@ export class SessionRuntime {
     await this.append(
       draft("sessionCreated", meta, SOURCE),
       draft("permissionPreset", { preset: "default" }, SOURCE),
-      draft("sandboxMode", { mode: sandboxMode }, SOURCE),
+      draft("sandboxMode", { mode: sandboxMode, changedBy: "session" }, SOURCE),
       draft("approvalPolicy", { policy: approvalPolicy }, SOURCE),
     );
+  }
+
+  /**
+   * Changes the session's sandbox mode to `mode` by logging `sandbox/mode`; returns its seq, or 0
+   * when the session already is in that mode. Refused while a turn runs (`loop.busy`) and while
+   * a container of a wider mode still runs a process (`loop.mode_change_refused`).
+   */
+  async setSandboxMode(mode: string, changedBy: string): Promise<number> {
+    assertSandboxMode(mode);
+    if (!this.meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
+    const busy = () => new TackError("loop.busy", `session ${this.sessionId} is running a turn or another mode change; wait for its turn/end, then change the sandbox mode`, { retryable: true });
+    if (this.#running || this.#changingMode) throw busy();
+    const current = sandboxModeOf(this.events);
+    if (current === mode) return 0;
+    this.#changingMode = true;
+    try {
+      // Messages are refused meanwhile, so no turn starts between this check and the event.
+      await assertNoWiderProcesses(this.#deps.bus, this.sessionId, mode);
+      const [event] = await this.append(draft("sandboxMode", { mode, changedBy }, SOURCE));
+      this.#deps.log.info("sandbox mode changed", { session: this.sessionId, from: current, to: mode, changed_by: changedBy, seq: event!.seq });
+      return event!.seq;
+    } finally {
+      this.#changingMode = false;
+    }
   }
 
   /** Logs a user message and starts its turn in the background. */
   async submit(text: string): Promise<{ seq: number; turn: number }> {
     if (!this.meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
-    if (this.#running) throw new TackError("loop.busy", `session ${this.sessionId} is running a turn; wait for its turn/end before sending another message`, { retryable: true });
+    if (this.#running || this.#changingMode) throw new TackError("loop.busy", `session ${this.sessionId} is running a turn or changing its sandbox mode; wait for its turn/end before sending another message`, { retryable: true });
     const [event] = await this.append(draft("userMessage", { text }, "gateway", { kind: Surface_Kind.KIND_APPEND, replaceFromSeq: 0, replaceToSeq: 0, sourceSeqs: [], origin: "user" }));
     const turn = this.#turnCount() + 1;
     this.#run(() => this.#turn(turn, event!.seq, 1));

@@ -26,6 +26,8 @@ let script: Reply[] = [];
 let llmCalls = 0;
 let toolGate: Promise<void> = Promise.resolve();
 let inFlight = 0;
+// When set, called with the number of tool calls in flight each time one starts.
+let onToolStart: ((inFlight: number) => void) | undefined;
 let maxInFlight = 0;
 let tools = [{ name: "bash", description: "run", parametersJson: "{}" }];
 
@@ -56,6 +58,7 @@ beforeAll(async () => {
   bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
     inFlight++;
     maxInFlight = Math.max(maxInFlight, inFlight);
+    onToolStart?.(inFlight);
     await new Promise((r) => setTimeout(r, 20));
     await toolGate;
     inFlight--;
@@ -68,6 +71,7 @@ afterEach(async () => {
   loops = [];
   script = [];
   toolGate = Promise.resolve();
+  onToolStart = undefined;
 });
 
 afterAll(async () => {
@@ -147,8 +151,11 @@ describe("loop", () => {
   it("loop - tool calls of one step run in parallel, at most 10 at once", async () => {
     await startLoop();
     maxInFlight = 0;
-    // Hold every call long enough that all workers are surely in flight at once.
-    toolGate = new Promise((r) => setTimeout(r, 500));
+    // Hold every call until 10 are in flight at once (or 5 s pass): a loop without the cap would reach 13.
+    toolGate = new Promise((r) => {
+      const timer = setTimeout(r, 5_000);
+      onToolStart = (n) => { if (n >= 10) setTimeout(() => { clearTimeout(timer); r(); }, 200); };
+    });
     script = [{ calls: Array.from({ length: 13 }, (_, i) => ({ name: "bash", args: { command: `echo ${i}` } })) }, { content: "ok" }];
     const id = await create();
     await submit(id, "many");

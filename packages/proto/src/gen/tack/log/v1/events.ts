@@ -149,6 +149,8 @@ export interface PermissionPreset {
 /** `sandbox/mode` [log-only] — the sandbox mode in force: `read-only`, `workspace-write` or `danger-full-access`. */
 export interface SandboxModeSet {
   mode: string;
+  /** Who set it: `session` at creation, else the tenant (or user) that changed it through the API. */
+  changedBy: string;
 }
 
 /** `approval/policy` [log-only] — `ask` or `never` (never = deny anything that needs approval). */
@@ -1484,13 +1486,16 @@ export const PermissionPreset: MessageFns<PermissionPreset> = {
 };
 
 function createBaseSandboxModeSet(): SandboxModeSet {
-  return { mode: "" };
+  return { mode: "", changedBy: "" };
 }
 
 export const SandboxModeSet: MessageFns<SandboxModeSet> = {
   encode(message: SandboxModeSet, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.mode !== "") {
       writer.uint32(10).string(message.mode);
+    }
+    if (message.changedBy !== "") {
+      writer.uint32(18).string(message.changedBy);
     }
     return writer;
   },
@@ -1516,6 +1521,14 @@ export const SandboxModeSet: MessageFns<SandboxModeSet> = {
             message.mode = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.changedBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1529,13 +1542,23 @@ export const SandboxModeSet: MessageFns<SandboxModeSet> = {
   },
 
   fromJSON(object: any): SandboxModeSet {
-    return { mode: isSet(object.mode) ? globalThis.String(object.mode) : "" };
+    return {
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      changedBy: isSet(object.changedBy)
+        ? globalThis.String(object.changedBy)
+        : isSet(object.changed_by)
+        ? globalThis.String(object.changed_by)
+        : "",
+    };
   },
 
   toJSON(message: SandboxModeSet): unknown {
     const obj: any = {};
     if (message.mode !== "") {
       obj.mode = message.mode;
+    }
+    if (message.changedBy !== "") {
+      obj.changedBy = message.changedBy;
     }
     return obj;
   },
@@ -1546,6 +1569,7 @@ export const SandboxModeSet: MessageFns<SandboxModeSet> = {
   fromPartial<I extends Exact<DeepPartial<SandboxModeSet>, I>>(object: I): SandboxModeSet {
     const message = createBaseSandboxModeSet();
     message.mode = object.mode ?? "";
+    message.changedBy = object.changedBy ?? "";
     return message;
   },
 };

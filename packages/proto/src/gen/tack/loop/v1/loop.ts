@@ -66,6 +66,25 @@ export interface DecideApprovalResponse {
   seq: number;
 }
 
+/**
+ * SetSandboxModeRequest changes a session's sandbox mode. Sent first to the owner's subject
+ * `<ns>.loop.session.<id>.mode`; with no owner, to `<ns>.loop.mode`. Refused while a turn runs
+ * (`loop.busy`) and while a container of a wider mode still runs a process
+ * (`loop.mode_change_refused`).
+ */
+export interface SetSandboxModeRequest {
+  tenant: string;
+  sessionId: string;
+  /** `read-only`, `workspace-write` or `danger-full-access`. */
+  mode: string;
+  changedBy: string;
+}
+
+export interface SetSandboxModeResponse {
+  /** Seq of the logged sandbox/mode event; 0 when the session already was in that mode. */
+  seq: number;
+}
+
 function createBaseCreateSessionRequest(): CreateSessionRequest {
   return {
     tenant: "",
@@ -775,6 +794,198 @@ export const DecideApprovalResponse: MessageFns<DecideApprovalResponse> = {
   },
   fromPartial<I extends Exact<DeepPartial<DecideApprovalResponse>, I>>(object: I): DecideApprovalResponse {
     const message = createBaseDecideApprovalResponse();
+    message.seq = object.seq ?? 0;
+    return message;
+  },
+};
+
+function createBaseSetSandboxModeRequest(): SetSandboxModeRequest {
+  return { tenant: "", sessionId: "", mode: "", changedBy: "" };
+}
+
+export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
+  encode(message: SetSandboxModeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.mode !== "") {
+      writer.uint32(26).string(message.mode);
+    }
+    if (message.changedBy !== "") {
+      writer.uint32(34).string(message.changedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetSandboxModeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetSandboxModeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.changedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetSandboxModeRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      changedBy: isSet(object.changedBy)
+        ? globalThis.String(object.changedBy)
+        : isSet(object.changed_by)
+        ? globalThis.String(object.changed_by)
+        : "",
+    };
+  },
+
+  toJSON(message: SetSandboxModeRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.mode !== "") {
+      obj.mode = message.mode;
+    }
+    if (message.changedBy !== "") {
+      obj.changedBy = message.changedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetSandboxModeRequest>, I>>(base?: I): SetSandboxModeRequest {
+    return SetSandboxModeRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetSandboxModeRequest>, I>>(object: I): SetSandboxModeRequest {
+    const message = createBaseSetSandboxModeRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.mode = object.mode ?? "";
+    message.changedBy = object.changedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseSetSandboxModeResponse(): SetSandboxModeResponse {
+  return { seq: 0 };
+}
+
+export const SetSandboxModeResponse: MessageFns<SetSandboxModeResponse> = {
+  encode(message: SetSandboxModeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).uint64(message.seq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetSandboxModeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetSandboxModeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetSandboxModeResponse {
+    return { seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0 };
+  },
+
+  toJSON(message: SetSandboxModeResponse): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetSandboxModeResponse>, I>>(base?: I): SetSandboxModeResponse {
+    return SetSandboxModeResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetSandboxModeResponse>, I>>(object: I): SetSandboxModeResponse {
+    const message = createBaseSetSandboxModeResponse();
     message.seq = object.seq ?? 0;
     return message;
   },
