@@ -98,7 +98,7 @@ export class FakeLoop {
 
   async #setMode(request: SetSandboxModeRequest): Promise<SetSandboxModeResponse> {
     if (this.refuseModeChange) throw new TackError("loop.mode_change_refused", this.refuseModeChange);
-    const [event] = await this.#writers.get(request.sessionId)!.append(draft("sandboxMode", { mode: request.mode }, "loop"));
+    const [event] = await this.#writers.get(request.sessionId)!.append(draft("sandboxMode", { mode: request.mode, changedBy: request.changedBy }, "loop"));
     return { seq: event!.seq };
   }
 

@@ -410,7 +410,7 @@ describe("gateway", () => {
     expect(res.json).toEqual({ seq: 2, sandbox_mode: "read-only" });
     expect(loop.subjects).toEqual([bus.names.loopSessionMode(session.id)]);
     const events = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id });
-    expect(events.at(-1)!.payload).toEqual({ $case: "sandboxMode", value: { mode: "read-only" } });
+    expect(events.at(-1)!.payload).toEqual({ $case: "sandboxMode", value: { mode: "read-only", changedBy: "acme" } });
     expect((await call("GET", `/v1/sessions/${session.id}`)).json.sandbox_mode).toBe("read-only");
     loop.refuseModeChange = "cannot change the sandbox mode to read-only: a process started under the wider mode danger-full-access is still running";
     try {
