@@ -6,15 +6,14 @@ import { chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:f
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
-import { draft, FORMAT_VERSION, readAll, SessionLogWriter, timestampMs, SpillBucket } from "@tack/log";
+import { removeNamespace } from "@tack/testkit";
+import { draft, FORMAT_VERSION, readAll, SessionLogWriter, timestampMs } from "@tack/log";
 import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse, type Event } from "@tack/proto";
 import { startLoopService } from "@tack/loop-service";
 import { startLlmService } from "@tack/llm-service";
 import { startToolsService } from "@tack/tools-service";
-import { placementBucket, startSandboxService } from "@tack/sandbox-service";
+import { startSandboxService } from "@tack/sandbox-service";
 import { benchContext } from "./context.js";
 import { benchSandbox } from "./sandbox.js";
 
@@ -134,11 +133,7 @@ async function main(): Promise<void> {
     for (const s of services.reverse()) {
       await (s as { stop(o?: { removeContainers?: boolean }): Promise<void> }).stop({ removeContainers: true });
     }
-    const jsm = await jetstreamManager(bus.nc);
-    await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
-    await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
-    await (await SpillBucket.open(bus.nc, bus.names).catch(() => undefined))?.destroy().catch(() => undefined);
-    await new Kvm(bus.nc).open(placementBucket(bus.names.namespace)).then((kv) => kv.destroy()).catch(() => undefined);
+    await removeNamespace(bus.nc, namespace);
     await bus.close();
     rmSync(work, { recursive: true, force: true });
   }

@@ -7,11 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
-import { SpillBucket } from "@tack/log";
-import { placementBucket } from "@tack/sandbox-service";
+import { removeNamespace } from "@tack/testkit";
 import { launch, type Launched } from "@tack/cli";
 import { RECOVERY_TEXT } from "@tack/loop-service";
 
@@ -100,16 +97,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await tack?.stop();
   const bus = await Bus.connect({ url: NATS_URL, namespace, name: "e2e-cleanup" });
-  const jsm = await jetstreamManager(bus.nc);
-  await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
-  await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
-  await (await SpillBucket.open(bus.nc, bus.names).catch(() => undefined))?.destroy().catch(() => undefined);
-  await new Kvm(bus.nc).open(placementBucket(bus.names.namespace)).then((kv) => kv.destroy()).catch(() => undefined);
+  await removeNamespace(bus.nc, namespace);
   await bus.close();
-  try {
-    const ids = execFileSync("docker", ["ps", "-aq", "--filter", `label=tack.namespace=${namespace}`]).toString().split("\n").filter(Boolean);
-    if (ids.length) execFileSync("docker", ["rm", "-f", ...ids]);
-  } catch { /* docker gone */ }
   otlp?.close();
   rmSync(work, { recursive: true, force: true });
 });

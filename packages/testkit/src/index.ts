@@ -1,2 +1,3 @@
 // Shared test kit: throwaway servers that tests may break, built from local images only.
 export { NATS_TEST_IMAGE, startThrowawayNats, type ThrowawayNats } from "./nats.js";
+export { removeNamespace } from "./namespace.js";
