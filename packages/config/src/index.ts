@@ -51,3 +51,5 @@ export async function runMain(name: string, start: () => Promise<{ stop(): Promi
   process.on("SIGTERM", () => void stop());
   process.on("SIGINT", () => void stop());
 }
+
+export { ALLOWED_FROM, DENIABLE_BY_TOOL, isSandboxMode, modeRank, SANDBOX_MODES, type Denied, type SandboxMode } from "./sandbox-modes.js";

@@ -1,14 +1,13 @@
+import { SANDBOX_MODES } from "@tack/config";
 import { z } from "zod";
 import { SetSandboxModeRequest, SetSandboxModeResponse } from "@tack/proto";
 import { readJson } from "./body.js";
 import { sendJson, type Handler } from "./http.js";
 import { requestLoop, requireSession, type GatewayContext } from "./sessions.js";
 
-const MODES = ["read-only", "workspace-write", "danger-full-access"] as const;
-
 const SandboxModeBody = z.strictObject({
-  mode: z.enum(MODES, {
-    error: (issue) => (issue.input === undefined ? `is required: ${MODES.join(", ")}` : `must be one of ${MODES.join(", ")}, got ${JSON.stringify(issue.input)}`),
+  mode: z.enum(SANDBOX_MODES, {
+    error: (issue) => (issue.input === undefined ? `is required: ${SANDBOX_MODES.join(", ")}` : `must be one of ${SANDBOX_MODES.join(", ")}, got ${JSON.stringify(issue.input)}`),
   }),
 });
 

@@ -1,6 +1,7 @@
 import { stat } from "node:fs/promises";
 import { isAbsolute, resolve } from "node:path";
 import type { JetStreamManager } from "@nats-io/jetstream";
+import { SANDBOX_MODES } from "@tack/config";
 import { z } from "zod";
 import { TackError, type Bus, type Codec } from "@tack/bus";
 import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
@@ -31,7 +32,7 @@ const CreateSessionBody = z.strictObject({
   model: z.string({ error: required("a model reference such as deepseek:deepseek-chat") })
     .regex(/^[a-z0-9][a-z0-9_-]*:\S.*$/, "must be <provider>:<model>, e.g. deepseek:deepseek-chat or scripted:/abs/script.json"),
   mode: z.enum(["standard"]).default("standard"),
-  sandbox_mode: z.enum(["read-only", "workspace-write", "danger-full-access"]).default("workspace-write"),
+  sandbox_mode: z.enum(SANDBOX_MODES).default("workspace-write"),
   approval_policy: z.enum(["ask", "never"]).default("ask"),
   title: z.string().max(200, "must be at most 200 characters").default(""),
   budget_usd: z.number().positive("must be a positive amount of US dollars").optional(),

@@ -1,9 +1,7 @@
 import { TackError } from "@tack/bus";
+import { ALLOWED_FROM, DENIABLE_BY_TOOL, modeRank } from "@tack/config";
 import { timestampMs } from "@tack/log";
 import type { ApprovalAsked, ApprovalDecided, Event, ToolCall } from "@tack/proto";
-
-/** Sandbox modes, narrowest first; each allows everything the ones before it allow. */
-export const SANDBOX_MODES = ["read-only", "workspace-write", "danger-full-access"] as const;
 
 /** Approval policies: `never` denies anything that needs approval. */
 export const APPROVAL_POLICIES = ["ask", "never"] as const;
@@ -14,13 +12,6 @@ export const DECISIONS = ["allow_once", "reject"] as const;
 /** One of DECISIONS. */
 export type Decision = (typeof DECISIONS)[number];
 
-/**
- * Which modes can allow what each tool can be denied (mirrors the tools service's denials:
- * `write`/`edit` are denied writing files, `bash` writing files or the network). Tools not
- * listed take no `sandbox_permissions`.
- */
-const ALLOWED_FROM = { writes: "workspace-write", network: "danger-full-access" } as const;
-const DENIABLE: Readonly<Record<string, readonly (keyof typeof ALLOWED_FROM)[]>> = { write: ["writes"], edit: ["writes"], bash: ["writes", "network"] };
 
 /** Wording the model reads for each way an escalation ends (REFERENCE §3); every one but allowed-once says the command did not run. */
 export const APPROVAL_TEXT = {
@@ -82,7 +73,7 @@ export function planCalls(calls: readonly ToolCall[], context: EscalationContext
     const request = escalationOf(call);
     if (!request || request.mode === context.mode) return { kind: "run", mode: context.mode };
     const { mode, justification } = request;
-    if (rank(mode) < rank(context.mode)) return { kind: "refuse", content: APPROVAL_TEXT.notWider(mode, context.mode) };
+    if (modeRank(mode) < modeRank(context.mode)) return { kind: "refuse", content: APPROVAL_TEXT.notWider(mode, context.mode) };
     if (context.policy === "never") {
       return { kind: "refuse", content: APPROVAL_TEXT.policyNever(mode, context.mode), decided: { callId: call.id, decision: "reject", decidedBy: "policy:never" } };
     }
@@ -232,13 +223,9 @@ export class PendingApprovals {
   }
 }
 
-function rank(mode: string): number {
-  return (SANDBOX_MODES as readonly string[]).indexOf(mode);
-}
-
 /** The narrowest modes strictly wider than `mode` that allow something `tool` can be denied in `mode`. */
 function narrowestFor(tool: string, mode: string): string[] {
-  const modes = (DENIABLE[tool] ?? []).map((what) => ALLOWED_FROM[what]).filter((allowing) => rank(allowing) > rank(mode));
+  const modes = (DENIABLE_BY_TOOL[tool] ?? []).map((what) => ALLOWED_FROM[what]).filter((allowing) => modeRank(allowing) > modeRank(mode));
   return [...new Set(modes)];
 }
 
@@ -253,7 +240,7 @@ function escalationOf(call: ToolCall): { mode: string; justification: string; op
   if (typeof args !== "object" || args === null) return undefined;
   const { sandbox_permissions: mode, justification, ...rest } = args as Record<string, unknown>;
   // Anything else (absent, not a mode) is the tools service's to refuse when it validates the arguments.
-  if (typeof mode !== "string" || rank(mode) < 0) return undefined;
+  if (typeof mode !== "string" || modeRank(mode) < 0) return undefined;
   const operation = call.name === "bash" && typeof rest.command === "string" ? rest.command : `${call.name} ${JSON.stringify(rest)}`;
   return { mode, justification: typeof justification === "string" ? justification : "", operation };
 }

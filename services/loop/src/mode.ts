@@ -1,6 +1,6 @@
 import { TackError, type Bus } from "@tack/bus";
 import { ExecRequest, ExecResponse } from "@tack/proto";
-import { SANDBOX_MODES } from "./approvals.js";
+import { isSandboxMode, modeRank, SANDBOX_MODES } from "@tack/config";
 
 /** The command that lists a sandbox container's processes (run directly by the container's agent). */
 export const PS_ARGV = ["ps", "-eo", "pid=,ppid=,args="] as const;
@@ -13,14 +13,14 @@ export interface SandboxProcess {
 
 /** Checks that `mode` is a sandbox mode; throws `loop.bad_sandbox_mode` naming the three otherwise. */
 export function assertSandboxMode(mode: string): void {
-  if (!(SANDBOX_MODES as readonly string[]).includes(mode)) {
+  if (!isSandboxMode(mode)) {
     throw new TackError("loop.bad_sandbox_mode", `sandbox mode ${JSON.stringify(mode)} is unknown; use one of: ${SANDBOX_MODES.join(", ")}`);
   }
 }
 
 /** The sandbox modes strictly wider than `mode`, narrowest first. */
 export function modesWiderThan(mode: string): string[] {
-  return SANDBOX_MODES.slice(SANDBOX_MODES.indexOf(mode as (typeof SANDBOX_MODES)[number]) + 1);
+  return SANDBOX_MODES.slice(modeRank(mode) + 1);
 }
 
 /**

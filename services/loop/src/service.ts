@@ -9,7 +9,8 @@ import {
 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
-import { APPROVAL_POLICIES, DECISIONS, SANDBOX_MODES, type Decision } from "./approvals.js";
+import { APPROVAL_POLICIES, DECISIONS, type Decision } from "./approvals.js";
+import { assertSandboxMode } from "./mode.js";
 import { Budgets } from "./budget.js";
 import { Leases } from "./lease.js";
 import { MODES, SessionRuntime, type LoopSettings } from "./session.js";
@@ -177,9 +178,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     const mode = req.mode || "standard";
     if (!MODES.includes(mode)) throw new TackError("loop.unknown_mode", `mode ${JSON.stringify(mode)} is unknown; use one of: ${MODES.join(", ")}`);
     const sandboxMode = req.sandboxMode || "workspace-write";
-    if (!(SANDBOX_MODES as readonly string[]).includes(sandboxMode)) {
-      throw new TackError("loop.bad_sandbox_mode", `sandbox mode ${JSON.stringify(sandboxMode)} is unknown; use one of: ${SANDBOX_MODES.join(", ")}`);
-    }
+    assertSandboxMode(sandboxMode);
     const approvalPolicy = req.approvalPolicy || "ask";
     if (!(APPROVAL_POLICIES as readonly string[]).includes(approvalPolicy)) {
       throw new TackError("loop.bad_approval_policy", `approval policy ${JSON.stringify(approvalPolicy)} is unknown; use one of: ${APPROVAL_POLICIES.join(", ")}`);

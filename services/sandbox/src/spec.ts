@@ -4,10 +4,9 @@ import { fileURLToPath } from "node:url";
 import type { ContainerCreateOptions } from "dockerode";
 import { TackError } from "@tack/bus";
 
-/** The sandbox modes, narrowest first. */
-export const MODES = ["read-only", "workspace-write", "danger-full-access"] as const;
-/** One of {@link MODES}. */
-export type SandboxMode = (typeof MODES)[number];
+import { isSandboxMode, SANDBOX_MODES as MODES, type SandboxMode } from "@tack/config";
+
+export { MODES, type SandboxMode };
 
 /**
  * Container labels. Every container carries the namespace and the replica that owns it; one
@@ -34,7 +33,7 @@ const GIB = 1024 ** 3;
 
 /** Checks that `mode` is a sandbox mode, failing with `sandbox.bad_mode` that lists the valid ones. */
 export function parseMode(mode: string): SandboxMode {
-  if ((MODES as readonly string[]).includes(mode)) return mode as SandboxMode;
+  if (isSandboxMode(mode)) return mode;
   throw new TackError("sandbox.bad_mode", `unknown sandbox mode ${JSON.stringify(mode)}; use one of ${MODES.join(", ")}`);
 }
 
@@ -97,7 +96,7 @@ export function parseContainerName(namespace: string, name: string): { sessionId
   const rest = bare.slice(prefix.length);
   const dot = rest.lastIndexOf(".");
   const mode = rest.slice(dot + 1);
-  if (dot <= 0 || !(MODES as readonly string[]).includes(mode)) return undefined;
+  if (dot <= 0 || !isSandboxMode(mode)) return undefined;
   return { sessionId: rest.slice(0, dot), mode: mode as SandboxMode };
 }
 
