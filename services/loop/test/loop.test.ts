@@ -3,8 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
+import { removeNamespace } from "@tack/testkit";
 import { Bus, serveStream, TackError } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
 import {
@@ -75,10 +74,8 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  const jsm = await jetstreamManager(bus.nc);
-  await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
-  await new Kvm(bus.nc).create(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
-  await new Kvm(bus.nc).open(bus.names.spendBucket).then((kv) => kv.destroy()).catch(() => undefined);
+  // Streams, lease/spend buckets and spill store of this test's namespace.
+  await removeNamespace(bus.nc, bus.names.namespace);
   await bus.close();
 });
 

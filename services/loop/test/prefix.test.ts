@@ -3,8 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
+import { removeNamespace } from "@tack/testkit";
 import { Bus, serveStream } from "@tack/bus";
 import { readAll } from "@tack/log";
 import {
@@ -44,9 +43,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await loop.stop();
-  const jsm = await jetstreamManager(bus.nc);
-  await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
-  await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
+  // Streams, lease/spend buckets and spill store of this test's namespace.
+  await removeNamespace(bus.nc, bus.names.namespace);
   await bus.close();
 });
 
