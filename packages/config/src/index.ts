@@ -53,3 +53,4 @@ export async function runMain(name: string, start: () => Promise<{ stop(): Promi
 }
 
 export { ALLOWED_FROM, DENIABLE_BY_TOOL, isSandboxMode, modeRank, SANDBOX_MODES, type Denied, type SandboxMode } from "./sandbox-modes.js";
+export { compileOperatorConfig, INSTALL_DIR, isInside, loadOperatorConfig, OperatorConfigError, type ConfiguredKey, type OperatorConfig, type TenantPolicy } from "./operator.js";
