@@ -20,6 +20,10 @@ export interface Names {
   readonly loopMode: string;
   /** Subject the current owner of a session takes sandbox mode changes on. */
   loopSessionMode(sessionId: string): string;
+  /** Deletions of sessions no process owns (queue group `loop`). */
+  readonly loopDelete: string;
+  /** Subject the current owner of a session takes its deletion on (refused while a turn runs). */
+  loopSessionDelete(sessionId: string): string;
   /** Subject the current owner of a session takes approval decisions on. */
   loopSessionDecide(sessionId: string): string;
   /** Subject the current owner of a session listens on. */
@@ -33,6 +37,8 @@ export interface Names {
   readonly spillBucket: string;
   /** KV bucket of money spent per tenant (USD), for tenant budgets and the usage API. */
   readonly spendBucket: string;
+  /** KV bucket of sandbox placements, one key per session and mode (written by the sandbox service, purged with a deleted session). */
+  readonly sandboxBucket: string;
 }
 
 const TOKEN = /^[a-z0-9][a-z0-9_-]*$/;
@@ -64,6 +70,8 @@ export function names(namespace = "tack"): Names {
     loopDecide: `${namespace}.loop.decide`,
     loopMode: `${namespace}.loop.mode`,
     loopSessionMode: (sessionId) => `${namespace}.loop.session.${sessionId}.mode`,
+    loopDelete: `${namespace}.loop.delete`,
+    loopSessionDelete: (sessionId) => `${namespace}.loop.session.${sessionId}.delete`,
     loopSessionDecide: (sessionId) => `${namespace}.loop.session.${sessionId}.decide`,
     loopSessionSubmit: (sessionId) => `${namespace}.loop.session.${sessionId}.submit`,
     logSubject: (tenant, sessionId) => `${namespace}.log.${tenant}.${sessionId}`,
@@ -72,5 +80,6 @@ export function names(namespace = "tack"): Names {
     leaseBucket: `${upper}_LEASES`,
     spillBucket: `${upper}_SPILL`,
     spendBucket: `${upper}_SPEND`,
+    sandboxBucket: `${upper}_SANDBOXES`,
   };
 }

@@ -66,6 +66,8 @@ const ConfigSchema = z.strictObject({
   retention: z.strictObject({
     /** Sessions idle for longer than this are deleted (with their log, spill objects, sandboxes); absent = kept. */
     session_max_age_days: z.number().positive().optional(),
+    /** How often the gateway looks for such sessions (fractions allowed). */
+    sweep_interval_minutes: z.number().positive().optional(),
     /** Limits of the log stream itself (JetStream max_bytes / max_age). */
     log_max_bytes: count("bytes").optional(),
     log_max_age_days: z.number().positive().optional(),
@@ -87,7 +89,7 @@ export interface OperatorConfig {
   readonly workspaces: { readonly dir: string; readonly maxUploadBytes: number };
   readonly sandbox: { readonly uid: number; readonly gid: number };
   readonly models: { readonly scriptDirs: readonly string[]; readonly maxScriptBytes: number };
-  readonly retention: { readonly sessionMaxAgeDays?: number; readonly logMaxBytes?: number; readonly logMaxAgeDays?: number };
+  readonly retention: { readonly sessionMaxAgeDays?: number; readonly sweepIntervalMinutes: number; readonly logMaxBytes?: number; readonly logMaxAgeDays?: number };
   /** Directories no workspace may be inside of or contain: Tack's install and its state directory. */
   readonly protectedPaths: readonly string[];
 }
@@ -165,6 +167,7 @@ export function compileOperatorConfig(raw: unknown, where: { stateDir: string; b
     models: { scriptDirs: scriptDirs.map(realpathOrSelf), maxScriptBytes: data.models.max_script_bytes },
     retention: {
       ...(data.retention.session_max_age_days !== undefined ? { sessionMaxAgeDays: data.retention.session_max_age_days } : {}),
+      sweepIntervalMinutes: data.retention.sweep_interval_minutes ?? 60,
       ...(data.retention.log_max_bytes !== undefined ? { logMaxBytes: data.retention.log_max_bytes } : {}),
       ...(data.retention.log_max_age_days !== undefined ? { logMaxAgeDays: data.retention.log_max_age_days } : {}),
     },

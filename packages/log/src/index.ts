@@ -4,5 +4,5 @@ export { draft, eventTypeInfo, isCase, materialize, now, timestampMs, type Draft
 export { deriveRequest, Projection, pruneText, serializeRequest, type ModelRequest, type PrunePlan, type VisibleEntry } from "./projection.js";
 export { checkEvent, readAll, readSession, type ReadOptions } from "./reader.js";
 export { parseSpillPath, SpillBucket, spillObjectName, spillPath, type SpillBucketOptions } from "./spill.js";
-export { ensureLogStream, type LogStreamOptions } from "./stream.js";
+export { ensureLogStream, type LogStreamLimits, type LogStreamOptions } from "./stream.js";
 export { SessionLogWriter, type SessionAddress } from "./writer.js";

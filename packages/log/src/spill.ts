@@ -1,5 +1,6 @@
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
-import { Objm, StorageType, type ObjectStore } from "@nats-io/obj";
+import { Base64UrlPaddedCodec, Objm, StorageType, type ObjectStore } from "@nats-io/obj";
 import type { Names } from "@tack/bus";
 import type { SessionAddress } from "./writer.js";
 
@@ -23,20 +24,24 @@ export interface SpillBucketOptions {
  */
 export class SpillBucket {
   readonly #store: ObjectStore;
+  readonly #nc: NatsConnection;
+  readonly #bucket: string;
 
-  private constructor(store: ObjectStore) {
+  private constructor(store: ObjectStore, nc: NatsConnection, bucket: string) {
     this.#store = store;
+    this.#nc = nc;
+    this.#bucket = bucket;
   }
 
   /** Opens the bucket, creating it when missing (only options nats-server 2.9 knows). */
   static async ensure(nc: NatsConnection, names: Names, options: SpillBucketOptions = {}): Promise<SpillBucket> {
-    return new SpillBucket(await new Objm(nc).create(names.spillBucket, { storage: StorageType.File, replicas: options.replicas ?? 1 }));
+    return new SpillBucket(await new Objm(nc).create(names.spillBucket, { storage: StorageType.File, replicas: options.replicas ?? 1 }), nc, names.spillBucket);
   }
 
   /** Opens the bucket if it exists; undefined when nothing was ever spilled in this namespace. */
   static async open(nc: NatsConnection, names: Names): Promise<SpillBucket | undefined> {
     try {
-      return new SpillBucket(await new Objm(nc).open(names.spillBucket));
+      return new SpillBucket(await new Objm(nc).open(names.spillBucket), nc, names.spillBucket);
     } catch (error) {
       if ((error as Error).message === "object store not found") return undefined;
       throw error;
@@ -53,6 +58,35 @@ export class SpillBucket {
   /** The whole spilled result of call `callId` of this session, or undefined when the session spilled none under that id. */
   async get(address: SessionAddress, callId: string): Promise<Uint8Array | undefined> {
     return (await this.#store.getBlob(spillObjectName(address, callId))) ?? undefined;
+  }
+
+  /**
+   * Deletes every object of one session (named `<tenant>.<session>.<call id>`) without a trace:
+   * its chunks, and its metadata including the deletion marker the object store would keep
+   * (it carries the name). Returns how many objects were deleted. Found through the bucket's
+   * metadata subjects rather than the session's log, so objects spilled by a call whose
+   * `tool/result` was never logged (a crash in between) go too.
+   */
+  async deleteSession(address: SessionAddress): Promise<number> {
+    const stream = `OBJ_${this.#bucket}`;
+    const metaPrefix = `$O.${this.#bucket}.M.`;
+    const prefix = spillObjectName(address, "");
+    const jsm = await jetstreamManager(this.#nc);
+    const info = await jsm.streams.info(stream, { subjects_filter: `${metaPrefix}>` });
+    let deleted = 0;
+    for (const subject of Object.keys(info.state.subjects ?? {})) {
+      // The object store encodes names with the same codec (not decoded as UTF-8: it encodes with btoa).
+      const name = String(Base64UrlPaddedCodec.decode(subject.slice(metaPrefix.length)));
+      if (!name.startsWith(prefix)) continue;
+      const object = await this.#store.info(name);
+      if (object) {
+        // Also for an object already marked deleted: a crash may have left its chunks.
+        await this.#store.delete(name);
+        if (!object.deleted) deleted++;
+      }
+      await jsm.streams.purge(stream, { filter: subject });
+    }
+    return deleted;
   }
 
   /** Deletes the bucket and everything in it (tests and namespace teardown). */

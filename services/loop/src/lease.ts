@@ -1,3 +1,4 @@
+import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { TackError, type Names } from "@tack/bus";
@@ -30,11 +31,15 @@ const decoder = new TextDecoder();
  */
 export class Leases {
   readonly #kv: KV;
+  readonly #nc: NatsConnection;
+  readonly #bucket: string;
   readonly owner: string;
   readonly ttlMs: number;
 
-  private constructor(kv: KV, owner: string, ttlMs: number) {
+  private constructor(kv: KV, nc: NatsConnection, bucket: string, owner: string, ttlMs: number) {
     this.#kv = kv;
+    this.#nc = nc;
+    this.#bucket = bucket;
     this.owner = owner;
     this.ttlMs = ttlMs;
   }
@@ -43,7 +48,7 @@ export class Leases {
   static async open(nc: NatsConnection, names: Names, owner: string, ttlMs: number): Promise<Leases> {
     const kvm = new Kvm(nc);
     const kv = await kvm.create(names.leaseBucket, { history: 1 });
-    return new Leases(kv, owner, ttlMs);
+    return new Leases(kv, nc, names.leaseBucket, owner, ttlMs);
   }
 
   /** Lease key of a session. */
@@ -112,6 +117,15 @@ export class Leases {
   /** Gives a lease up (only if still ours). */
   async release(lease: Lease): Promise<void> {
     await this.#kv.delete(lease.key, { previousSeq: lease.revision }).catch(() => undefined);
+  }
+
+  /**
+   * Removes every trace of a lease key, value and delete markers alike (a KV delete keeps a
+   * marker that names the key): for a deleted session, whose lease the caller holds.
+   */
+  async erase(key: string): Promise<void> {
+    const jsm = await jetstreamManager(this.#nc);
+    await jsm.streams.purge(`KV_${this.#bucket}`, { filter: `$KV.${this.#bucket}.${key}` });
   }
 
   /** Every lease currently recorded (held or expired). */

@@ -1,14 +1,18 @@
 // Executable entry of the loop service: `tsx services/loop/src/main.ts`.
-import { commonConfig, ConfigError, runMain } from "@tack/config";
+import { commonConfig, ConfigError, loadOperatorConfig, runMain } from "@tack/config";
 import { initTelemetry } from "@tack/telemetry";
 import { startLoopService } from "./service.js";
 
 const telemetry = initTelemetry({ serviceName: "tack-loop" });
 await runMain("loop", async () => {
   const common = commonConfig();
+  const { retention } = loadOperatorConfig();
   const service = await startLoopService({
     natsUrl: common.natsUrl,
     namespace: common.namespace,
+    // The log stream's limits follow the operator configuration (lifted when removed from it).
+    logMaxBytes: retention.logMaxBytes,
+    logMaxAgeDays: retention.logMaxAgeDays,
     ...(process.env.TACK_LEASE_TTL_MS ? { leaseTtlMs: Number(process.env.TACK_LEASE_TTL_MS) } : {}),
     ...(process.env.TACK_APPROVAL_TIMEOUT_MS ? { approvalTimeoutMs: Number(process.env.TACK_APPROVAL_TIMEOUT_MS) } : {}),
     ...(process.env.TACK_CONTEXT_WINDOW_TOKENS ? { contextWindowTokens: Number(process.env.TACK_CONTEXT_WINDOW_TOKENS) } : {}),

@@ -5,14 +5,15 @@ import { assertToken, Bus, TackError } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
 import {
   CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest,
-  SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse,
+  SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse, DeleteSessionRequest, DeleteSessionResponse,
 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
 import { APPROVAL_POLICIES, DECISIONS, type Decision } from "./approvals.js";
 import { assertSandboxMode } from "./mode.js";
 import { Budgets } from "./budget.js";
-import { Leases } from "./lease.js";
+import { deleteSessionData } from "./deletion.js";
+import { Leases, type Lease } from "./lease.js";
 import { MODES, SessionRuntime, type LoopSettings } from "./session.js";
 
 const Options = z.object({
@@ -32,6 +33,10 @@ const Options = z.object({
   /** Spending limit per tenant in USD (tenants not listed have none). */
   tenantBudgets: z.record(z.string(), z.number().positive()).default({}),
   logReplicas: z.number().int().min(1).default(1),
+  /** Size cap of the whole log stream (operator `retention.log_max_bytes`); absent = none. Applied to an existing stream too. */
+  logMaxBytes: z.number().int().positive().optional(),
+  /** Log messages older than this are removed by JetStream (operator `retention.log_max_age_days`); absent = kept. */
+  logMaxAgeDays: z.number().positive().optional(),
   /** Tool results over this many UTF-8 bytes go whole to the object store; the model sees a preview and how to read the rest. */
   spillBytes: z.number().int().min(1_000).max(800_000).default(50_000),
   /** Characters at the head of a spilled result that the model sees. */
@@ -75,7 +80,11 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   const o = parsed.data;
   const log = logger("loop");
   const bus = await Bus.connect({ url: o.natsUrl, namespace: o.namespace, name: "tack-loop" });
-  await ensureLogStream(bus.nc, bus.names, { replicas: o.logReplicas });
+  await ensureLogStream(bus.nc, bus.names, {
+    replicas: o.logReplicas,
+    // Always given, so that limits removed from the configuration are lifted from the stream too.
+    limits: { maxBytes: o.logMaxBytes, maxAgeMs: o.logMaxAgeDays === undefined ? undefined : o.logMaxAgeDays * 86_400_000 },
+  });
   const owner = `loop-${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
   const leases = await Leases.open(bus.nc, bus.names, owner, o.leaseTtlMs);
   const budgets = new Budgets(bus, o.tenantBudgets);
@@ -99,6 +108,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   };
   const owned = new Map<string, { runtime: SessionRuntime; subscriptions: Subscription[] }>();
   const acquiring = new Map<string, Promise<SessionRuntime>>();
+  /** Sessions this process is deleting: never claimed again meanwhile (the lease is already ours). */
+  const deleting = new Set<string>();
   let stopped = false;
 
   const forget = (runtime: SessionRuntime) => {
@@ -138,9 +149,57 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     return { seq: await runtime.setSandboxMode(req.mode, req.changedBy) };
   };
 
+  /**
+   * Deletes a session with everything kept for it (`deleteSessionData`) under its lease: taken
+   * over from this process's idle runtime, or claimed. Refused (`loop.busy`) while a turn runs or
+   * a sandbox mode change is checked here; a lease another loop keeps renewing past the wait is
+   * `loop.session_busy`. The running turn is not cancelled: see docs/decisions/0006-deletion.md.
+   */
+  const remove = async (tenant: string, sessionId: string, deletedBy: string): Promise<DeleteSessionResponse> => {
+    if (!deletedBy) throw new TackError("loop.bad_request", "deleted_by is empty; say who deletes the session (an API key id or retention)");
+    const key = Leases.key(tenant, sessionId);
+    const busy = (what: string) => new TackError("loop.busy", `session ${sessionId} ${what}; wait for its turn/end (answer or reject a pending approval to end it sooner), then delete it`, { retryable: true });
+    if (deleting.has(key)) throw busy("is being deleted by another request");
+    // A claim in flight may be about to resume an interrupted turn: let it decide first.
+    await acquiring.get(key)?.catch(() => undefined);
+    const entry = owned.get(key);
+    if (entry?.runtime.working) throw busy("is running a turn or changing its sandbox mode");
+    if (deleting.has(key)) throw busy("is being deleted by another request");
+    deleting.add(key);
+    try {
+      let lease: Lease;
+      if (entry) {
+        // Idle but still ours: stop serving it, keep the lease for the deletion.
+        owned.delete(key);
+        for (const subscription of entry.subscriptions) subscription.unsubscribe();
+        entry.runtime.dispose();
+        lease = entry.runtime.lease;
+      } else {
+        lease = (await leases.claim(key, o.leaseTtlMs + 1_000)).lease;
+      }
+      try {
+        const deleted = await deleteSessionData({ bus, leases }, { tenant, sessionId }, lease);
+        log.info("session deleted", { session: sessionId, tenant, deleted_by: deletedBy, ...deleted });
+        return deleted;
+      } catch (error) {
+        // Released rather than left to expire, so no replica recovers (and resumes) what is half deleted.
+        await leases.release(lease);
+        throw error;
+      }
+    } finally {
+      deleting.delete(key);
+    }
+  };
+
+  const deleteOn = (runtime: SessionRuntime) => async (req: DeleteSessionRequest): Promise<DeleteSessionResponse> => {
+    if ((req.tenant || "local") !== runtime.tenant) throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
+    return remove(runtime.tenant, runtime.sessionId, req.deletedBy);
+  };
+
   /** Claims a session (waiting out another owner's lease), loads it and runs recovery. */
   const acquire = (tenant: string, sessionId: string, waitMs: number): Promise<SessionRuntime> => {
     const key = Leases.key(tenant, sessionId);
+    if (deleting.has(key)) return Promise.reject(new TackError("loop.session_busy", `session ${sessionId} is being deleted`, { retryable: true }));
     const have = owned.get(key);
     if (have) return Promise.resolve(have.runtime);
     const inflight = acquiring.get(key);
@@ -158,6 +217,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
         bus.serve(bus.names.loopSessionSubmit(sessionId), "loop-owner", SubmitMessageRequest, SubmitMessageResponse, submitOn(runtime)),
         bus.serve(bus.names.loopSessionDecide(sessionId), "loop-owner", DecideApprovalRequest, DecideApprovalResponse, decideOn(runtime)),
         bus.serve(bus.names.loopSessionMode(sessionId), "loop-owner", SetSandboxModeRequest, SetSandboxModeResponse, modeOn(runtime)),
+        bus.serve(bus.names.loopSessionDelete(sessionId), "loop-owner", DeleteSessionRequest, DeleteSessionResponse, deleteOn(runtime)),
       ];
       owned.set(key, { runtime, subscriptions });
       if (runtime.meta) {
@@ -210,7 +270,13 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     assertToken("session id", req.sessionId);
     assertToken("tenant", tenant);
     const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
-    return submitOn(runtime)(req);
+    try {
+      return await submitOn(runtime)(req);
+    } catch (error) {
+      // A message for a session that does not exist (e.g. one just deleted) must not keep its lease renewed.
+      if (!runtime.meta && !runtime.working) forget(runtime);
+      throw error;
+    }
   });
 
   // A decision for a session no process owns: claim it like a message does; recovery parks its
@@ -239,6 +305,14 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     } finally {
       forget(runtime);
     }
+  });
+
+  // A deletion of a session no process owns: claim its lease (without loading or recovering it) and delete.
+  bus.serve(bus.names.loopDelete, "loop", DeleteSessionRequest, DeleteSessionResponse, async (req) => {
+    const tenant = req.tenant || "local";
+    assertToken("session id", req.sessionId);
+    assertToken("tenant", tenant);
+    return remove(tenant, req.sessionId, req.deletedBy);
   });
 
   // Take over sessions whose owner stopped renewing (crashed or partitioned away).

@@ -128,6 +128,11 @@ export class SessionRuntime {
     return this.#running !== undefined;
   }
 
+  /** True while a turn runs or a sandbox mode change checks the containers: neither may be cut short by a deletion. */
+  get working(): boolean {
+    return this.#running !== undefined || this.#changingMode;
+  }
+
   /** Resolves when the running turn (if any) is over. */
   async settled(): Promise<void> {
     await this.#running;

@@ -85,6 +85,31 @@ export interface SetSandboxModeResponse {
   seq: number;
 }
 
+/**
+ * DeleteSessionRequest deletes a session and everything kept for it: its sandbox containers,
+ * spilled results, log subject and lease. Sent first to the owner's subject
+ * `<ns>.loop.session.<id>.delete`; with no owner, to `<ns>.loop.delete`. The deleting replica
+ * holds the session's lease throughout, so no turn starts meanwhile. Refused while a turn runs
+ * (`loop.busy`) and while another loop holds the lease past the wait (`loop.session_busy`).
+ */
+export interface DeleteSessionRequest {
+  tenant: string;
+  sessionId: string;
+  /** Who asks, for the service log: an API key id or `retention`. */
+  deletedBy: string;
+}
+
+export interface DeleteSessionResponse {
+  /** False when the session's log was already empty (an earlier deletion got that far): only leftovers were removed. */
+  existed: boolean;
+  /** Messages purged from the session's log subject. */
+  logMessages: number;
+  /** Spilled tool results deleted from the object store. */
+  spillObjects: number;
+  /** True when the sandbox service removed at least one container of the session. */
+  sandboxesRemoved: boolean;
+}
+
 function createBaseCreateSessionRequest(): CreateSessionRequest {
   return {
     tenant: "",
@@ -987,6 +1012,244 @@ export const SetSandboxModeResponse: MessageFns<SetSandboxModeResponse> = {
   fromPartial<I extends Exact<DeepPartial<SetSandboxModeResponse>, I>>(object: I): SetSandboxModeResponse {
     const message = createBaseSetSandboxModeResponse();
     message.seq = object.seq ?? 0;
+    return message;
+  },
+};
+
+function createBaseDeleteSessionRequest(): DeleteSessionRequest {
+  return { tenant: "", sessionId: "", deletedBy: "" };
+}
+
+export const DeleteSessionRequest: MessageFns<DeleteSessionRequest> = {
+  encode(message: DeleteSessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.deletedBy !== "") {
+      writer.uint32(26).string(message.deletedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteSessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.deletedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteSessionRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      deletedBy: isSet(object.deletedBy)
+        ? globalThis.String(object.deletedBy)
+        : isSet(object.deleted_by)
+        ? globalThis.String(object.deleted_by)
+        : "",
+    };
+  },
+
+  toJSON(message: DeleteSessionRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.deletedBy !== "") {
+      obj.deletedBy = message.deletedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeleteSessionRequest>, I>>(base?: I): DeleteSessionRequest {
+    return DeleteSessionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteSessionRequest>, I>>(object: I): DeleteSessionRequest {
+    const message = createBaseDeleteSessionRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.deletedBy = object.deletedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteSessionResponse(): DeleteSessionResponse {
+  return { existed: false, logMessages: 0, spillObjects: 0, sandboxesRemoved: false };
+}
+
+export const DeleteSessionResponse: MessageFns<DeleteSessionResponse> = {
+  encode(message: DeleteSessionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.existed !== false) {
+      writer.uint32(8).bool(message.existed);
+    }
+    if (message.logMessages !== 0) {
+      writer.uint32(16).uint64(message.logMessages);
+    }
+    if (message.spillObjects !== 0) {
+      writer.uint32(24).uint32(message.spillObjects);
+    }
+    if (message.sandboxesRemoved !== false) {
+      writer.uint32(32).bool(message.sandboxesRemoved);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteSessionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteSessionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.existed = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.logMessages = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.spillObjects = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.sandboxesRemoved = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteSessionResponse {
+    return {
+      existed: isSet(object.existed) ? globalThis.Boolean(object.existed) : false,
+      logMessages: isSet(object.logMessages)
+        ? globalThis.Number(object.logMessages)
+        : isSet(object.log_messages)
+        ? globalThis.Number(object.log_messages)
+        : 0,
+      spillObjects: isSet(object.spillObjects)
+        ? globalThis.Number(object.spillObjects)
+        : isSet(object.spill_objects)
+        ? globalThis.Number(object.spill_objects)
+        : 0,
+      sandboxesRemoved: isSet(object.sandboxesRemoved)
+        ? globalThis.Boolean(object.sandboxesRemoved)
+        : isSet(object.sandboxes_removed)
+        ? globalThis.Boolean(object.sandboxes_removed)
+        : false,
+    };
+  },
+
+  toJSON(message: DeleteSessionResponse): unknown {
+    const obj: any = {};
+    if (message.existed !== false) {
+      obj.existed = message.existed;
+    }
+    if (message.logMessages !== 0) {
+      obj.logMessages = Math.round(message.logMessages);
+    }
+    if (message.spillObjects !== 0) {
+      obj.spillObjects = Math.round(message.spillObjects);
+    }
+    if (message.sandboxesRemoved !== false) {
+      obj.sandboxesRemoved = message.sandboxesRemoved;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeleteSessionResponse>, I>>(base?: I): DeleteSessionResponse {
+    return DeleteSessionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteSessionResponse>, I>>(object: I): DeleteSessionResponse {
+    const message = createBaseDeleteSessionResponse();
+    message.existed = object.existed ?? false;
+    message.logMessages = object.logMessages ?? 0;
+    message.spillObjects = object.spillObjects ?? 0;
+    message.sandboxesRemoved = object.sandboxesRemoved ?? false;
     return message;
   },
 };
