@@ -49,12 +49,15 @@ const ratio = (usages: Usage[]) => {
   return Math.round((hit / all) * 1000) / 1000;
 };
 
-/** Runs the 5-step task twice (cold cache, then warm: the harness prefix is already cached) and reports the numbers. */
-export async function benchContext(options: { natsUrl: string; namespace: string }): Promise<Record<string, unknown>> {
+/**
+ * Runs the 5-step task twice (cold cache, then warm: the harness prefix is already cached) and
+ * reports the numbers. The task's script goes into `scriptDir`, one of the llm service's script directories.
+ */
+export async function benchContext(options: { natsUrl: string; namespace: string; scriptDir: string }): Promise<Record<string, unknown>> {
   const work = mkdtempSync(join(tmpdir(), "tack-bench-context-"));
   const bus = await Bus.connect({ url: options.natsUrl, namespace: options.namespace, name: "bench-context" });
   try {
-    const script = join(work, "task.json");
+    const script = join(options.scriptDir, "context-task.json");
     writeFileSync(script, JSON.stringify({ cache: { block_tokens: 64 }, replies: TASK }));
     const cold = join(work, "cold");
     const warm = join(work, "warm");

@@ -74,7 +74,8 @@ async function main(): Promise<void> {
   const services = [
     await startSandboxService({ natsUrl, namespace }),
     await startToolsService({ natsUrl, namespace }),
-    await startLlmService({ url: natsUrl, namespace }),
+    // Scripts are read only from directories named here: this run's scratch directory.
+    await startLlmService({ url: natsUrl, namespace, scripts: { scriptDirs: [work] } }),
     await startLoopService({ natsUrl, namespace, stepLimit: STEPS + 10 }),
   ];
   const bus = await Bus.connect({ url: natsUrl, namespace, name: "bench" });
@@ -109,7 +110,7 @@ async function main(): Promise<void> {
     const appendPerS = Math.round(APPENDS / ((performance.now() - t0) / 1000));
 
     process.stderr.write("context: 5-step task, cold then warm cache\n");
-    const context = await benchContext({ natsUrl, namespace });
+    const context = await benchContext({ natsUrl, namespace, scriptDir: work });
     process.stderr.write("sandbox: exec, claim, cold starts, runsc slowdown\n");
     const sandbox = await benchSandbox({ natsUrl });
 

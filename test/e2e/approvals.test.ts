@@ -25,9 +25,13 @@ function workspace(name: string): string {
   return dir;
 }
 
+// The services' state directory; the llm service reads scripts only from its `scripts/` (and the bundled examples/).
+const stateDir = join(work, "data");
+
 /** A model that tries `touch x`, is denied, and retries once asking for workspace-write. */
 function script(name: string): string {
-  const file = join(work, `${name}.json`);
+  mkdirSync(join(stateDir, "scripts"), { recursive: true });
+  const file = join(stateDir, "scripts", `${name}.json`);
   writeFileSync(file, JSON.stringify({ replies: [
     { tool_calls: [{ name: "bash", arguments: { command: "touch x" } }] },
     { tool_calls: [{ name: "bash", arguments: { command: "touch x", sandbox_permissions: "workspace-write", justification: "the user asked for the file x" } }] },
@@ -69,7 +73,7 @@ async function escalate(name: string): Promise<{ id: string; ws: string; log: Ev
 }
 
 beforeAll(async () => {
-  tack = await launch({ dataDir: join(work, "data"), natsUrl: NATS_URL, namespace, env: { TACK_LEASE_TTL_MS: "2000" } });
+  tack = await launch({ dataDir: stateDir, natsUrl: NATS_URL, namespace, env: { TACK_LEASE_TTL_MS: "2000", TACK_STATE_DIR: stateDir } });
 }, 120_000);
 
 afterAll(async () => {

@@ -34,8 +34,13 @@ function workspace(name: string): string {
   return dir;
 }
 
+// The services' state directory; the llm service reads scripts only from its `scripts/` (and the bundled examples/).
+const stateDir = join(work, "data");
+const scripts = join(stateDir, "scripts");
+
 function script(name: string, replies: unknown[]): string {
-  const file = join(work, `${name}.json`);
+  mkdirSync(scripts, { recursive: true });
+  const file = join(scripts, `${name}.json`);
   writeFileSync(file, JSON.stringify({ replies }));
   return file;
 }
@@ -89,8 +94,8 @@ beforeAll(async () => {
   await new Promise<void>((r) => otlp.listen(0, "127.0.0.1", r));
   otlpUrl = `http://127.0.0.1:${(otlp.address() as { port: number }).port}`;
   tack = await launch({
-    dataDir: join(work, "data"), natsUrl: NATS_URL, namespace,
-    env: { TACK_LEASE_TTL_MS: "2000", OTEL_EXPORTER_OTLP_ENDPOINT: otlpUrl },
+    dataDir: stateDir, natsUrl: NATS_URL, namespace,
+    env: { TACK_LEASE_TTL_MS: "2000", OTEL_EXPORTER_OTLP_ENDPOINT: otlpUrl, TACK_STATE_DIR: stateDir },
   });
 }, 120_000);
 
@@ -157,7 +162,7 @@ describe("end to end", () => {
     await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "how many lines in hello.txt?" } });
     const recorded = await waitFor(id, turnEnded(1));
     // The recording is the log as JSON lines, exactly what `tack events <id> --json` prints.
-    const file = join(work, "recording.jsonl");
+    const file = join(scripts, "recording.jsonl");
     writeFileSync(file, recorded.map((e) => JSON.stringify(e)).join("\n"));
     const replayed = await createSession(`replay:${file}`, workspace("replayed"));
     await api(`/v1/sessions/${replayed}/messages`, { method: "POST", json: { text: "how many lines in hello.txt?" } });
@@ -223,9 +228,15 @@ describe("end to end", () => {
     const body = (await r.json()) as { error: { code: string; message: string } };
     expect(body.error.code).toBe("llm.unknown_model");
     expect(body.error.message).toMatch(/unknown model "nosuch:model"; use one of: scripted:FILE, .*deepseek:MODEL/);
-    const missing = await api("/v1/sessions", { method: "POST", json: { workspace: ws, model: `scripted:${join(work, "absent.json")}` } });
+    const missing = await api("/v1/sessions", { method: "POST", json: { workspace: ws, model: `scripted:${join(scripts, "absent.json")}` } });
     expect(missing.status).toBe(400);
     expect(((await missing.json()) as { error: { message: string } }).error.message).toMatch(/cannot read script .*absent.json \(ENOENT\)/);
+    // A file outside the script directories is refused without a byte of it.
+    const outside = await api("/v1/sessions", { method: "POST", json: { workspace: ws, model: "scripted:/etc/passwd" } });
+    expect(outside.status).toBe(400);
+    const refused = (await outside.json()) as { error: { code: string; message: string } };
+    expect(refused.error).toMatchObject({ code: "llm.bad_script", message: expect.stringContaining("outside the script directories") });
+    expect(JSON.stringify(refused)).not.toContain("root:");
     const list = (await (await api("/v1/sessions")).json()) as { sessions: Array<{ workspace: string }> };
     expect(list.sessions.length).toBeGreaterThan(0);
     expect(list.sessions.filter((s) => s.workspace === ws)).toHaveLength(0);

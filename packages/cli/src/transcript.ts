@@ -1,6 +1,7 @@
 // How events look in a terminal: a readable transcript for `tack run`, one-line summaries for `tack events`.
 import { styleText } from "node:util";
 import { Delta_Kind, type Event } from "@tack/proto";
+import { terminalSafe, terminalSafeDeep, terminalSafeJson } from "./sanitize.js";
 
 /** Lines of a tool result shown before the rest is cut. */
 export const RESULT_LINES = 20;
@@ -26,9 +27,13 @@ export class TranscriptRenderer {
     this.#color = options.color;
   }
 
-  /** The text to write for one event (may be empty, may end mid-line while chunks stream). */
+  /**
+   * The text to write for one event (may be empty, may end mid-line while chunks stream).
+   * Every string of the event is made terminal-safe before it is formatted, so that only the
+   * renderer's own styling reaches the terminal as escape sequences.
+   */
   render(event: Event): string {
-    const payload = event.payload;
+    const payload = terminalSafeDeep(event.payload);
     if (!payload) return "";
     switch (payload.$case) {
       case "assistantChunks": {
@@ -72,7 +77,7 @@ export class TranscriptRenderer {
         return this.#block(this.#style("red", `✗ ${error.code}: ${error.message}${error.retryable ? " (retryable)" : ""}`));
       }
       case "recovery":
-        return this.#block(this.#style("yellow", `↻ ${summarize(event)}`));
+        return this.#block(this.#style("yellow", `↻ ${terminalSafe(summarize(event))}`));
       case "turnEnd": {
         const end = payload.value;
         const color: Color = end.reason === "completed" ? "dim" : end.reason === "error" ? "red" : "yellow";
@@ -104,12 +109,12 @@ export class TranscriptRenderer {
   }
 }
 
-/** One line for `tack events`: seq, type and a summary of the payload. */
+/** One line for `tack events`: seq, type and a summary of the payload, with terminal controls made visible. */
 export function eventLine(event: Event): string {
-  return `${String(event.seq).padStart(4)}  ${event.type.padEnd(18)} ${summarize(event)}`.trimEnd();
+  return terminalSafe(`${String(event.seq).padStart(4)}  ${event.type.padEnd(18)} ${summarize(event)}`.trimEnd());
 }
 
-/** A one-line summary of an event's payload (empty for payloads it does not know). */
+/** A one-line summary of an event's payload (empty for payloads it does not know); raw text, see `terminalSafe` before printing it. */
 export function summarize(event: Event): string {
   const payload = event.payload;
   if (!payload) return "";
@@ -186,7 +191,8 @@ export function summarize(event: Event): string {
 /** Re-serializes JSON text compactly; text that is not JSON is returned as it is. */
 function compactJson(text: string): string {
   try {
-    return JSON.stringify(JSON.parse(text));
+    // Parsing decodes escapes such as \u009b, so the result must be escaped again for the terminal.
+    return terminalSafeJson(JSON.parse(text));
   } catch {
     return text;
   }

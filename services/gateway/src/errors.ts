@@ -1,6 +1,7 @@
+import { randomBytes } from "node:crypto";
 import { trace } from "@opentelemetry/api";
 import { TackError } from "@tack/bus";
-import type { Logger } from "@tack/telemetry";
+import { logger, type Logger } from "@tack/telemetry";
 import { sendJson, type Interceptor } from "./http.js";
 
 /** A request the gateway refuses: a TackError that also carries the HTTP status to answer with. */
@@ -14,9 +15,9 @@ export class GatewayError extends TackError {
   }
 }
 
-/** The JSON body of every error response. */
+/** The JSON body of every error response; a server-side failure (5xx) carries the id its log line has. */
 export interface ErrorBody {
-  error: { code: string; message: string; details?: Record<string, string> };
+  error: { code: string; message: string; details?: Record<string, string>; request_id?: string };
 }
 
 /** Refusals from the loop (and the llm checks it runs) that are the caller's to fix, with the status that says so. */
@@ -40,26 +41,68 @@ const CALLER_ERROR_STATUS: Record<string, number> = {
   "llm.bad_script": 400,
 };
 
+// Services named in 5xx sentences; a subject or code naming anything else says "a Tack service".
+const SERVICES = new Set(["loop", "llm", "tools", "sandbox"]);
+
+const defaultLog = logger("gateway");
+
 /**
  * Maps any failure to an HTTP status and body. Bus failures keep their TackError code so a
  * client can tell "no loop is running" (503) from "the loop is too slow" (504) from "the loop
- * refused" (502); anything else unexpected is a 500.
+ * refused" (502); anything else unexpected is a 500. A 5xx body says only what happened and
+ * what the caller can do, in a fixed sentence per code, with a request id: the failure's own
+ * message and details can hold internal subjects, host paths or stack text, so they go to
+ * `options.log` (default the gateway's logger) under that id and never to the caller.
  */
-export function toHttpError(error: unknown): { status: number; body: ErrorBody } {
+export function toHttpError(error: unknown, options: { log?: Logger; fields?: Record<string, unknown> } = {}): { status: number; body: ErrorBody } {
   const e = TackError.from(error);
-  const details = Object.keys(e.details).length > 0 ? { details: { ...e.details } } : {};
   let status: number;
-  let message = e.message;
   if (e instanceof GatewayError) status = e.status;
-  else if (e.code === "bus.no_responders") {
-    status = 503;
-    message = "no loop service answers; start Tack with `tack up`";
-  } else if (e.code === "bus.unreachable") status = 503;
+  else if (e.code === "bus.no_responders" || e.code === "bus.unreachable") status = 503;
   else if (e.code === "bus.timeout") status = 504;
   else if (e.code === "internal") status = 500;
   else if (e.code in CALLER_ERROR_STATUS) status = CALLER_ERROR_STATUS[e.code]!;
   else status = 502;
-  return { status, body: { error: { code: e.code, message, ...details } } };
+  if (status < 500) {
+    const details = Object.keys(e.details).length > 0 ? { details: { ...e.details } } : {};
+    return { status, body: { error: { code: e.code, message: e.message, ...details } } };
+  }
+  const requestId = randomBytes(8).toString("hex");
+  (options.log ?? defaultLog).error("request failed", {
+    ...options.fields, status, code: e.code, request_id: requestId, error: e.message, details: e.details,
+  });
+  return { status, body: { error: { code: e.code, message: `${serverFailureSentence(e, status)} (request id ${requestId})`, request_id: requestId } } };
+}
+
+/** What a 5xx means to the caller, from its code and status alone: what happened and what to do. */
+function serverFailureSentence(e: TackError, status: number): string {
+  const service = serviceOf(e);
+  const named = service ? `the ${service} service` : "a Tack service behind the gateway";
+  switch (e.code) {
+    case "bus.no_responders":
+      return `no ${service ?? "Tack"} service answers; start Tack with \`tack up\``;
+    case "bus.unreachable":
+      return "the gateway cannot reach the message bus; retry shortly, and ask the operator to check NATS if it persists";
+    case "bus.timeout":
+      return `${named} did not answer in time; retry`;
+    case "bus.request_failed":
+      return `the request to ${named} failed on the way; retry`;
+    case "internal":
+      return "the gateway failed unexpectedly; retry, and give the operator the request id if it persists";
+  }
+  if (e instanceof GatewayError) {
+    return status === 503 ? "the gateway cannot serve this request right now; retry shortly"
+      : "the gateway failed to handle the request; retry, and give the operator the request id if it persists";
+  }
+  return `${named} failed to handle the request; retry, and give the operator the request id if it persists`;
+}
+
+/** The service a failure came from, by its code (`loop.…`) or bus subject (`<ns>.loop.…`); only known names, never the subject itself. */
+function serviceOf(e: TackError): string | undefined {
+  const fromCode = e.code.split(".")[0];
+  if (fromCode && SERVICES.has(fromCode)) return fromCode;
+  const fromSubject = e.details.subject?.split(".")[1];
+  return fromSubject && SERVICES.has(fromSubject) ? fromSubject : undefined;
 }
 
 /**
@@ -71,9 +114,9 @@ export function respondWithErrors(log: Logger): Interceptor {
     try {
       await next();
     } catch (error) {
-      const { status, body } = toHttpError(error);
+      // A 5xx is logged by toHttpError with its full message, under the request id its body carries.
+      const { status, body } = toHttpError(error, { log, fields: { method: exchange.req.method, route: exchange.route } });
       trace.getActiveSpan()?.recordException(error as Error);
-      if (status >= 500) log.error("request failed", { method: exchange.req.method, route: exchange.route, code: body.error.code, error: (error as Error).message });
       if (exchange.res.headersSent) {
         exchange.res.end();
         return;

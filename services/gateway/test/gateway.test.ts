@@ -304,10 +304,11 @@ describe("gateway", () => {
     }
   });
 
-  it("create - a loop failure is passed on as 502 with its code", async () => {
+  it("create - a loop failure is passed on as 502 with its code and a request id, not its message", async () => {
     const res = await call("POST", "/v1/sessions", { body: { workspace, model: "fail:model" } });
     expect(res.status).toBe(502);
-    expect(res.json.error).toEqual({ code: "loop.invalid_model", message: "model fail:model is unknown; use deepseek:<model> or scripted:<file>" });
+    const id = res.json.error.request_id;
+    expect(res.json.error).toEqual({ code: "loop.invalid_model", message: `the loop service failed to handle the request; retry, and give the operator the request id if it persists (request id ${id})`, request_id: id });
   });
 
   it("messages - posts to the owner, or to any loop when the session has no owner", async () => {
@@ -510,7 +511,7 @@ describe("gateway", () => {
     try {
       const create = await call("POST", "/v1/sessions", { body: { workspace, model: "scripted:/abs/hello.json" } });
       expect(create.status).toBe(503);
-      expect(create.json.error).toMatchObject({ code: "bus.no_responders", message: "no loop service answers; start Tack with `tack up`" });
+      expect(create.json.error).toMatchObject({ code: "bus.no_responders", message: `no loop service answers; start Tack with \`tack up\` (request id ${create.json.error.request_id})` });
       const message = await call("POST", `/v1/sessions/${session.id}/messages`, { body: { text: "anyone?" } });
       expect(message.status).toBe(503);
       expect(message.json.error.code).toBe("bus.no_responders");

@@ -3,6 +3,7 @@ export { startLlmService, type LlmService, type LlmServiceOptions } from "./serv
 export { ProviderRegistry, type Completion, type Provider, type ProviderEntry, type ResolvedModel } from "./provider.js";
 export { scriptedProvider } from "./scripted.js";
 export { replayProvider } from "./replay.js";
+export { DEFAULT_MAX_SCRIPT_BYTES, type ScriptFileOptions } from "./script-file.js";
 export { DEEPSEEK_BASE_URL, deepseekProvider, deepseekRequestBody } from "./deepseek.js";
 export { OPENAI_BASE_URL, openaiProvider } from "./openai.js";
 export { ANTHROPIC_BASE_URL, anthropicProvider, type AnthropicOptions } from "./anthropic.js";

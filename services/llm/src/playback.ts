@@ -1,5 +1,3 @@
-import { readFile, stat } from "node:fs/promises";
-import type { TackError } from "@tack/bus";
 import { Delta_Kind, type CompleteRequest, type Delta, type ToolCall, type Usage } from "@tack/proto";
 import type { PrefixCache } from "./prefix-cache.js";
 import { countTokens, requestTokenSegments } from "./tokens.js";
@@ -45,27 +43,4 @@ function pieces(text: string): string[] {
   const out: string[] = [];
   for (let i = 0; i < points.length; i += size) out.push(points.slice(i, i + size).join(""));
   return out;
-}
-
-/**
- * Reads and parses a file the first time and again whenever its mtime changes, so an edited
- * script or recording is picked up without a restart. Errors come from `unreadable`.
- */
-export function fileLoader<T>(parse: (file: string, text: string) => T, unreadable: (file: string, error: unknown) => TackError): (file: string) => Promise<T> {
-  const loaded = new Map<string, { mtimeMs: number; value: T }>();
-  return async (file) => {
-    let mtimeMs: number;
-    try {
-      mtimeMs = (await stat(file)).mtimeMs;
-    } catch (error) {
-      throw unreadable(file, error);
-    }
-    const cached = loaded.get(file);
-    if (cached?.mtimeMs === mtimeMs) return cached.value;
-    const value = parse(file, await readFile(file, "utf8").catch((error: unknown) => {
-      throw unreadable(file, error);
-    }));
-    loaded.set(file, { mtimeMs, value });
-    return value;
-  };
 }

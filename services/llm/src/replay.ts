@@ -1,8 +1,9 @@
-import { resolve } from "node:path";
 import { TackError } from "@tack/bus";
 import { Event, Role, type AssistantMessage, type Usage } from "@tack/proto";
-import { fileLoader, playedUsage, playReply } from "./playback.js";
+import { describeJsonError } from "./json-syntax.js";
+import { playedUsage, playReply } from "./playback.js";
 import { cancelled, type Provider, type ProviderEntry } from "./provider.js";
+import { scriptLoader, type ScriptFileOptions } from "./script-file.js";
 
 /** What a replay plays back: the assistant messages of a recorded session, in log order, with their usage where it was reported. */
 interface Recording {
@@ -14,17 +15,17 @@ interface Recording {
  * is the output of `tack events <id> --json` (one Event JSON per line). A request holding n
  * assistant messages gets the n-th `assistant/message` of the recording, with its recorded
  * tool call ids, and the usage of the `usage/report` of the same turn and step (counted
- * with the DeepSeek tokenizer when the recording has none). Relative paths resolve against `cwd`.
+ * with the DeepSeek tokenizer when the recording has none). FILE must be inside one of
+ * `scriptDirs`, like a script (see `scriptLoader`).
  */
-export function replayProvider(options: { cwd: string }): ProviderEntry {
-  const load = fileLoader(parseRecording, unreadable);
+export function replayProvider(options: ScriptFileOptions): ProviderEntry {
+  const load = scriptLoader(options, { noun: "recording", prefix: "replay:" }, parseRecording);
   return {
     form: "replay:FILE",
-    create: (model) => {
-      const file = resolve(options.cwd, model);
-      return { complete: async (request, onDelta, signal) => {
+    create: (model) => ({
+      complete: async (request, onDelta, signal) => {
         if (signal.aborted) throw cancelled();
-        const recording = await load(file);
+        const { file, value: recording } = await load(model);
         const n = request.messages.filter((message) => message.role === Role.ROLE_ASSISTANT).length;
         const reply = recording.replies[n];
         if (!reply) {
@@ -44,8 +45,9 @@ export function replayProvider(options: { cwd: string }): ProviderEntry {
           usage: reply.usage ?? playedUsage(request, message),
           model: `replay:${model}`,
         };
-      }, check: async () => { await load(file); } } satisfies Provider;
-    },
+      },
+      check: async () => { await load(model); },
+    } satisfies Provider),
   };
 }
 
@@ -58,8 +60,9 @@ function parseRecording(file: string, text: string): Recording {
     let json: unknown;
     try {
       json = JSON.parse(line);
-    } catch (error) {
-      throw badRecording(file, `line ${i + 1} is not JSON (${(error as Error).message})`, error);
+    } catch {
+      // Not the SyntaxError: its message quotes the line.
+      throw badRecording(file, `line ${i + 1} is not JSON (${describeJsonError(line).replace(/^at line 1 /, "at ")})`);
     }
     if (!json || typeof json !== "object" || Array.isArray(json) || typeof (json as { type?: unknown }).type !== "string") {
       throw badRecording(file, `line ${i + 1} is not an event (a JSON object with a "type")`);
@@ -67,7 +70,13 @@ function parseRecording(file: string, text: string): Recording {
     // The gateway's SSE form nests the payload under `payload`; `tack events --json` prints it flat.
     const object = json as Record<string, unknown>;
     const payload = object.payload;
-    const event = Event.fromJSON(payload && typeof payload === "object" && !Array.isArray(payload) ? { ...object, ...payload } : object);
+    let event: Event;
+    try {
+      event = Event.fromJSON(payload && typeof payload === "object" && !Array.isArray(payload) ? { ...object, ...payload } : object);
+    } catch {
+      // The decoder's message can name the offending value.
+      throw badRecording(file, `line ${i + 1} is not a valid event (a field holds a value of the wrong type)`);
+    }
     if (event.payload?.$case === "assistantMessage") messages.push(event.payload.value);
     else if (event.payload?.$case === "usage" && event.payload.value.usage) usage.set(step(event.payload.value.turn, event.payload.value.step), event.payload.value.usage);
   }
@@ -75,13 +84,8 @@ function parseRecording(file: string, text: string): Recording {
   return { replies: messages.map((message) => ({ message, usage: usage.get(step(message.turn, message.step)) })) };
 }
 
-function unreadable(file: string, error: unknown): TackError {
-  const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
-  return new TackError("llm.bad_script", `cannot read recording ${file} (${reason}); check the path after \`replay:\``, { details: { file }, cause: error });
-}
-
-function badRecording(file: string, problem: string, cause?: unknown): TackError {
+function badRecording(file: string, problem: string): TackError {
   return new TackError("llm.bad_script", `recording ${file} is unusable: ${problem}; record one with \`tack events <session> --json > FILE\``, {
-    details: { file }, cause,
+    details: { file, reason: "invalid_recording" },
   });
 }

@@ -11,6 +11,7 @@ import { ProviderRegistry } from "./provider.js";
 import { replayProvider } from "./replay.js";
 import { compileRetryPolicy, withRetries, type RetryOptions, type RetryPolicy } from "./retry.js";
 import { scriptedProvider } from "./scripted.js";
+import type { ScriptFileOptions } from "./script-file.js";
 
 /** How to start the llm service. */
 export interface LlmServiceOptions {
@@ -28,8 +29,12 @@ export interface LlmServiceOptions {
   env?: NodeJS.ProcessEnv;
   /** Home directory holding `.tack/credentials.yaml` (default the user's home). */
   home?: string;
-  /** Directory relative `scripted:` and `replay:` paths resolve against (default `process.cwd()`). */
-  cwd?: string;
+  /**
+   * Which files `scripted:` and `replay:` may read: only regular files inside `scriptDirs`
+   * (absolute; a relative reference is looked up in each), at most `maxScriptBytes`. The
+   * entry point passes the operator configuration's `models`.
+   */
+  scripts: ScriptFileOptions;
   /** Price table JSON file; defaults to env TACK_PRICES, then the built-in table. */
   pricesPath?: string;
   /** How failed provider calls are retried (default 5 attempts, 500 ms doubling to 10 s). */
@@ -46,17 +51,17 @@ export interface LlmService {
  * Starts the llm service: serves `<ns>.llm.complete` (queue group `llm`) as a stream of
  * deltas ending in one `done` or `error`, retrying retryable provider failures with a
  * `retry` notice before each new attempt, and `<ns>.llm.check`. Fails before connecting
- * when the credentials file is readable by others or the price table is invalid.
+ * when the credentials file is readable by others, the price table is invalid or the script
+ * directories are not absolute.
  */
 export async function startLlmService(options: LlmServiceOptions): Promise<LlmService> {
   const env = options.env ?? process.env;
   const retry = compileRetryPolicy(options.retry);
   const credentials = await loadCredentials({ env, home: options.home });
   const prices = await loadPriceTable({ path: options.pricesPath, env });
-  const cwd = options.cwd ?? process.cwd();
   const registry = new ProviderRegistry({
-    scripted: scriptedProvider({ cwd }),
-    replay: replayProvider({ cwd }),
+    scripted: scriptedProvider(options.scripts),
+    replay: replayProvider(options.scripts),
     deepseek: deepseekProvider({ apiKey: credentials.deepseek?.key, baseUrl: options.deepseekBaseUrl ?? env.DEEPSEEK_BASE_URL ?? DEEPSEEK_BASE_URL }),
     openai: openaiProvider({ apiKey: credentials.openai?.key, baseUrl: options.openaiBaseUrl ?? env.OPENAI_BASE_URL ?? OPENAI_BASE_URL }),
     anthropic: anthropicProvider({ apiKey: credentials.anthropic?.key, baseUrl: options.anthropicBaseUrl ?? env.ANTHROPIC_BASE_URL ?? ANTHROPIC_BASE_URL }),

@@ -71,7 +71,7 @@ describe("credentials", () => {
 
   it("credentials - the service refuses to start with a world-readable file", async () => {
     const path = await writeCredentials("deepseek:\n  api_key: sk-from-file\n", 0o604);
-    const error = await rejection(startLlmService({ url: "nats://127.0.0.1:4222", namespace: "tunused", home, env: {} }));
+    const error = await rejection(startLlmService({ url: "nats://127.0.0.1:4222", namespace: "tunused", scripts: { scriptDirs: [] }, home, env: {} }));
     expect(error).toMatchObject({ code: "llm.insecure_credentials" });
     expect(error.message).toContain(`chmod 600 ${path}`);
   });

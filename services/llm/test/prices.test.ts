@@ -97,7 +97,7 @@ describe("prices", () => {
     try {
       const path = join(dir, "prices.json");
       await writeFile(path, JSON.stringify({ models: [{ match: "deepseek:deepseek-v4-flash", usd_per_million: { input_miss: -1, input_hit: 0, output: 0 } }] }));
-      await expect(startLlmService({ url: "nats://127.0.0.1:4222", namespace: "tunused", home: dir, env: { TACK_PRICES: path } }))
+      await expect(startLlmService({ url: "nats://127.0.0.1:4222", namespace: "tunused", scripts: { scriptDirs: [] }, home: dir, env: { TACK_PRICES: path } }))
         .rejects.toMatchObject({ code: "llm.bad_prices", message: expect.stringContaining('models[0] ("deepseek:deepseek-v4-flash").usd_per_million.input_miss') });
     } finally {
       await rm(dir, { recursive: true, force: true });

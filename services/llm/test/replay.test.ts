@@ -14,9 +14,9 @@ const user = (content: string): ChatMessage => ({ role: Role.ROLE_USER, content,
 const assistant = (content: string): ChatMessage => ({ role: Role.ROLE_ASSISTANT, content, reasoningContent: "", toolCalls: [], toolCallId: "" });
 const tool = (content: string, toolCallId: string): ChatMessage => ({ role: Role.ROLE_TOOL, content, reasoningContent: "", toolCalls: [], toolCallId });
 
-function replay(file: string, messages: ChatMessage[], cwd = FIXTURES): ReturnType<typeof runProvider> {
+function replay(file: string, messages: ChatMessage[], dir = FIXTURES): ReturnType<typeof runProvider> {
   const request = CompleteRequest.fromPartial({ sessionId: "s2", model: `replay:${file}`, systemPrompt: "You are Tack.", messages });
-  return runProvider(replayProvider({ cwd }), file, request);
+  return runProvider(replayProvider({ scriptDirs: [dir] }), file, request);
 }
 
 describe("replay", () => {
@@ -70,7 +70,7 @@ describe("replay", () => {
       const broken = (await replay("broken.jsonl", [user("hello")], dir)).error;
       expect(broken).toMatchObject({ code: "llm.bad_script" });
       expect(broken?.message).toContain(join(dir, "broken.jsonl"));
-      expect(broken?.message).toContain("line 2 is not JSON");
+      expect(broken?.message).toContain("line 2 is not JSON (at column 10)");
       await writeFile(join(dir, "silent.jsonl"), '{"seq":1,"type":"user/message","userMessage":{"text":"hi"}}\n');
       expect((await replay("silent.jsonl", [user("hello")], dir)).error?.message).toContain("no assistant/message");
       expect((await replay("missing.jsonl", [user("hello")], dir)).error?.message).toContain("ENOENT");

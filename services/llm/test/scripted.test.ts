@@ -18,16 +18,16 @@ function requestWith(model: string, messages: ChatMessage[]): CompleteRequest {
   return { ...CompleteRequest.fromPartial({ sessionId: "s1", systemPrompt: "You are Tack." }), model, messages };
 }
 
-async function run(model: string, messages: ChatMessage[], cwd = FIXTURES): Promise<{ deltas: Delta[]; result: Completion; request: CompleteRequest }> {
-  const provider = scriptedProvider({ cwd }).create(model.slice("scripted:".length))!;
+async function run(model: string, messages: ChatMessage[], dir = FIXTURES): Promise<{ deltas: Delta[]; result: Completion; request: CompleteRequest }> {
+  const provider = scriptedProvider({ scriptDirs: [dir] }).create(model.slice("scripted:".length))!;
   const request = requestWith(model, messages);
   const deltas: Delta[] = [];
   const result = await provider.complete(request, (delta) => deltas.push(delta), new AbortController().signal);
   return { deltas, result, request };
 }
 
-async function failure(model: string, messages: ChatMessage[] = [user("hi")], cwd = FIXTURES): Promise<TackError> {
-  const error = await run(model, messages, cwd).then(() => undefined, (e: unknown) => e);
+async function failure(model: string, messages: ChatMessage[] = [user("hi")], dir = FIXTURES): Promise<TackError> {
+  const error = await run(model, messages, dir).then(() => undefined, (e: unknown) => e);
   expect(error).toBeInstanceOf(TackError);
   return error as TackError;
 }
@@ -73,7 +73,7 @@ describe("scripted", () => {
     expect(deltas.every((d) => d.kind === Delta_Kind.KIND_TEXT)).toBe(true);
   });
 
-  it("scripted - relative paths resolve against the service's cwd", async () => {
+  it("scripted - a relative reference resolves inside the script directories", async () => {
     const { result } = await run("scripted:scripts/two-steps.json", [user("hi")]);
     expect(result.toolCalls[0]?.id).toBe("call_0_0");
   });
@@ -92,14 +92,14 @@ describe("scripted", () => {
     expect(error.message).toContain("replies[0].tool_calls[0].arguments");
   });
 
-  it("scripted - an unknown field is rejected by name", async () => {
+  it("scripted - an unknown field is rejected with the fields allowed there, not its name", async () => {
     const error = await failure("scripted:scripts/typo.json");
     expect(error.code).toBe("llm.bad_script");
-    expect(error.message).toContain("tool_call");
+    expect(error.message).toContain("replies[0]: has a field that is not allowed (allowed: content, reasoning, tool_calls, finish_reason)");
   });
 
   it("scripted - invalid JSON and a missing file are bad scripts", async () => {
-    expect((await failure("scripted:scripts/not-json.json")).message).toContain("not valid JSON");
+    expect((await failure("scripted:scripts/not-json.json")).message).toContain("not valid JSON (at line 1 column 44)");
     const missing = await failure("scripted:scripts/missing.json");
     expect(missing.code).toBe("llm.bad_script");
     expect(missing.message).toContain("ENOENT");
@@ -109,7 +109,7 @@ describe("scripted", () => {
     const dir = await mkdtemp(join(tmpdir(), "tack-scripted-"));
     try {
       const file = join(dir, "script.json");
-      const entry = scriptedProvider({ cwd: dir });
+      const entry = scriptedProvider({ scriptDirs: [dir] });
       const ask = async () => (await entry.create("script.json")!.complete(requestWith("scripted:script.json", []), () => undefined, new AbortController().signal)).content;
       await writeFile(file, JSON.stringify({ replies: [{ content: "first" }] }));
       await utimes(file, 1_000, 1_000);
@@ -127,7 +127,7 @@ describe("scripted", () => {
     try {
       const file = join(dir, "cached.json");
       await writeFile(file, JSON.stringify({ cache: { block_tokens: 64 }, replies: [{ content: "one ".repeat(40) }, { content: "two" }] }));
-      const entry = scriptedProvider({ cwd: dir });
+      const entry = scriptedProvider({ scriptDirs: [dir] });
       const ask = async (messages: ChatMessage[]) =>
         (await entry.create("cached.json")!.complete(requestWith("scripted:cached.json", messages), () => undefined, new AbortController().signal)).usage!;
       const first = [user("Explain the project in detail, please. ".repeat(20))];
@@ -139,7 +139,7 @@ describe("scripted", () => {
       expect(usage.inputHitTokens).toBe(Math.floor(total / 64) * 64);
       expect(usage.inputHitTokens + usage.inputMissTokens).toBe(countRequestTokens(requestWith("scripted:cached.json", second)));
       // A fresh provider (a new llm process) starts with an empty cache.
-      const fresh = scriptedProvider({ cwd: dir }).create("cached.json")!;
+      const fresh = scriptedProvider({ scriptDirs: [dir] }).create("cached.json")!;
       expect((await fresh.complete(requestWith("scripted:cached.json", first), () => undefined, new AbortController().signal)).usage?.inputHitTokens).toBe(0);
     } finally {
       await rm(dir, { recursive: true, force: true });

@@ -37,7 +37,7 @@ beforeAll(async () => {
     url: NATS_URL, namespace, home, pricesPath: prices,
     env: { DEEPSEEK_API_KEY: "sk-test-key", OPENAI_API_KEY: "sk-test-openai", ANTHROPIC_API_KEY: "sk-ant-test" },
     deepseekBaseUrl: fake.baseUrl, openaiBaseUrl: `${fake.baseUrl}/v1`, anthropicBaseUrl: fake.baseUrl,
-    cwd: join(import.meta.dirname, "fixtures"),
+    scripts: { scriptDirs: [join(import.meta.dirname, "fixtures")] },
     // Fast retries: the 429 fixture's retry-after of 7 s is capped at 20 ms.
     retry: { baseDelayMs: 5, maxDelayMs: 20 },
   });
@@ -197,7 +197,7 @@ describe("llm service", () => {
 
   it("llm service - stop cancels an in-flight completion with a retryable error", async () => {
     const ns = `t${randomBytes(6).toString("hex")}`;
-    const second = await startLlmService({ url: NATS_URL, namespace: ns, home, env: { DEEPSEEK_API_KEY: "sk-test-key" }, deepseekBaseUrl: fake.baseUrl });
+    const second = await startLlmService({ url: NATS_URL, namespace: ns, home, env: { DEEPSEEK_API_KEY: "sk-test-key" }, deepseekBaseUrl: fake.baseUrl, scripts: { scriptDirs: [] } });
     const bus = await Bus.connect({ url: NATS_URL, namespace: ns, name: "llm-test-stop" });
     try {
       fake.respondWith({ file: "deepseek/stream-cut.sse", stall: true });
@@ -214,10 +214,13 @@ describe("llm service", () => {
     }
   });
 
-  it("llm service - main.ts serves until SIGTERM and exits cleanly", async () => {
+  it("llm service - main.ts serves until SIGTERM and exits cleanly, reading scripts only from the configured directories", async () => {
     const ns = `t${randomBytes(6).toString("hex")}`;
+    // The operator configuration names the script directories main.ts passes to the service.
+    const config = join(home, "config.yaml");
+    await writeFile(config, `models:\n  script_dirs: [${JSON.stringify(join(import.meta.dirname, "fixtures"))}]\n`);
     const child = spawn(join(import.meta.dirname, "..", "..", "..", "node_modules", ".bin", "tsx"), [join(import.meta.dirname, "..", "src", "main.ts")], {
-      env: { PATH: process.env.PATH, HOME: home, NATS_URL, TACK_NAMESPACE: ns },
+      env: { PATH: process.env.PATH, HOME: home, NATS_URL, TACK_NAMESPACE: ns, TACK_CONFIG: config },
       stdio: ["ignore", "pipe", "inherit"],
     });
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
@@ -227,6 +230,8 @@ describe("llm service", () => {
       const bus = await Bus.connect({ url: NATS_URL, namespace: ns, name: "llm-test-main" });
       try {
         expect((await call(bus, `scripted:${SCRIPT}`)).at(-1)?.body?.$case).toBe("done");
+        await expect(bus.request(bus.names.llmCheck, CheckModelRequest, { model: "scripted:/etc/passwd" }, CheckModelResponse, { timeoutMs: 10_000 }))
+          .rejects.toMatchObject({ code: "llm.bad_script", details: { reason: "outside_script_dirs" } });
       } finally {
         await bus.close();
       }

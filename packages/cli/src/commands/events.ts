@@ -1,6 +1,7 @@
 // `tack events`: a session's events, one line or one JSON object each.
 import type { Command } from "../args.js";
 import { GatewayClient, resolveGateway } from "../gateway.js";
+import { terminalSafeError, terminalSafeJson } from "../sanitize.js";
 import { upStateDirs } from "../state.js";
 import { eventLine } from "../transcript.js";
 
@@ -14,11 +15,12 @@ export async function eventsCommand(command: EventsCommand, cwd: string, env: No
   process.once("SIGINT", onInterrupt);
   try {
     for await (const { event, json } of client.events(command.session, { follow: command.follow, signal: abort.signal })) {
-      process.stdout.write(`${command.json ? JSON.stringify(json) : eventLine(event)}\n`);
+      // Both forms are terminal-safe: lines make controls visible, JSON escapes what JSON.stringify leaves raw.
+      process.stdout.write(`${command.json ? terminalSafeJson(json) : eventLine(event)}\n`);
     }
   } catch (error) {
-    // Ctrl-C is how --follow ends.
-    if (!abort.signal.aborted) throw error;
+    // Ctrl-C is how --follow ends. A gateway's error message is remote text too.
+    if (!abort.signal.aborted) throw terminalSafeError(error);
   } finally {
     process.off("SIGINT", onInterrupt);
   }

@@ -4,6 +4,7 @@ import { resolve } from "node:path";
 import { TackError } from "@tack/bus";
 import { DEFAULT_MODEL, usageError, type Command } from "../args.js";
 import { GatewayClient, resolveGateway } from "../gateway.js";
+import { terminalSafe, terminalSafeError, terminalSafeJson } from "../sanitize.js";
 import { upStateDirs } from "../state.js";
 import { TranscriptRenderer } from "../transcript.js";
 
@@ -11,12 +12,24 @@ type RunCommand = Extract<Command, { name: "run" }>;
 
 /** Runs `tack run`; resolves with the exit code (1 when the turn ended with an error, 130 on Ctrl-C). */
 export async function runCommand(command: RunCommand, cwd: string, env: NodeJS.ProcessEnv): Promise<number> {
+  try {
+    return await run(command, cwd, env);
+  } catch (error) {
+    // Messages from the gateway carry remote text; main prints them to the terminal.
+    throw terminalSafeError(error);
+  }
+}
+
+async function run(command: RunCommand, cwd: string, env: NodeJS.ProcessEnv): Promise<number> {
   // Arguments are checked before the gateway is looked for, so a typo is reported as such even when Tack is down.
-  const model = await resolveModel(command.model ?? DEFAULT_MODEL, cwd);
+  const given = command.model ?? DEFAULT_MODEL;
+  const model = await resolveModel(given, cwd);
   const workspace = await resolveWorkspace(command.workspace ?? cwd, cwd);
   const client = new GatewayClient(await resolveGateway(env, upStateDirs(cwd)));
-  const { id } = await client.createSession({ workspace, model });
-  process.stderr.write(`session ${id} · ${model} · ${workspace}\n`);
+  const { id } = await client.createSession({ workspace, model }).catch((error: unknown) => {
+    throw explainModelRefusal(error, given);
+  });
+  process.stderr.write(terminalSafe(`session ${id} · ${model} · ${workspace}\n`));
   const { turn } = await client.postMessage(id, command.task);
   const abort = new AbortController();
   const onInterrupt = () => abort.abort();
@@ -46,10 +59,11 @@ export async function followTurn(
   const renderer = new TranscriptRenderer({ color: process.stdout.isTTY === true && !process.env.NO_COLOR });
   try {
     for await (const { event, json } of client.events(sessionId, { follow: true, signal: options.signal })) {
-      process.stdout.write(options.json ? `${JSON.stringify(json)}\n` : renderer.render(event));
+      // Both forms are terminal-safe: the renderer makes controls visible, JSON escapes what JSON.stringify leaves raw.
+      process.stdout.write(options.json ? `${terminalSafeJson(json)}\n` : renderer.render(event));
       if (event.payload?.$case === "turnEnd" && event.payload.value.turn === turn) {
         const reason = event.payload.value.reason;
-        process.stderr.write(`session ${sessionId}: turn ${turn} ${reason} · every event: tack events ${sessionId} --json\n`);
+        process.stderr.write(terminalSafe(`session ${sessionId}: turn ${turn} ${reason} · every event: tack events ${sessionId} --json\n`));
         return reason;
       }
     }
@@ -61,13 +75,31 @@ export async function followTurn(
   }
 }
 
-/** `scripted:FILE` becomes `scripted:<absolute path>` of an existing file; other models pass as they are. */
+/** Model providers whose model is a file, and what the file is called in messages. */
+const FILE_MODELS = [{ prefix: "scripted:", noun: "script" }, { prefix: "replay:", noun: "recording" }] as const;
+
+/**
+ * `scripted:FILE` and `replay:FILE` become the absolute path of an existing file, FILE
+ * relative to the current directory; other models pass as they are. Whether the llm service
+ * may read the file (it must be inside its script directories) only the service knows.
+ */
 async function resolveModel(model: string, cwd: string): Promise<string> {
-  if (!model.startsWith("scripted:")) return model;
-  const file = resolve(cwd, model.slice("scripted:".length));
+  const kind = FILE_MODELS.find((candidate) => model.startsWith(candidate.prefix));
+  if (!kind) return model;
+  const file = resolve(cwd, model.slice(kind.prefix.length));
   const found = await stat(file).catch(() => undefined);
-  if (!found?.isFile()) throw usageError(`the script ${file} of --model ${model} does not exist (relative paths start at the current directory)`, "run");
-  return `scripted:${file}`;
+  if (!found?.isFile()) throw usageError(`the ${kind.noun} ${file} of --model ${model} does not exist (relative paths start at the current directory)`, "run");
+  return `${kind.prefix}${file}`;
+}
+
+/**
+ * A refused script or recording (`llm.bad_script`: outside the llm service's script
+ * directories, not a regular file, too large, not valid) said in terms of the --model flag
+ * the user typed; the service's message names the file, the problem and the directories.
+ */
+function explainModelRefusal(error: unknown, given: string): unknown {
+  if (!(error instanceof TackError) || error.code !== "llm.bad_script") return error;
+  return new TackError(error.code, `Tack refused --model ${given}: ${error.message}`, { details: { ...error.details }, cause: error });
 }
 
 async function resolveWorkspace(dir: string, cwd: string): Promise<string> {
