@@ -3,17 +3,13 @@ import { GatewayError } from "./errors.js";
 import type { Interceptor } from "./http.js";
 import type { SessionIndex } from "./store.js";
 
-/** The hex SHA-256 of an API key: the only form in which keys are stored. */
-export function hashApiKey(key: string): string {
-  return createHash("sha256").update(key, "utf8").digest("hex");
-}
-
-const HOW = "send it as `Authorization: Bearer <key>` with the key the gateway was started with (TACK_API_KEY)";
+const HOW = "send it as `Authorization: Bearer <key>` with a key of the gateway (TACK_API_KEY, the operator configuration's keys, or one an admin created)";
 
 /**
- * Requires `Authorization: Bearer <key>` on every /v1 path and sets the caller's tenant.
- * The presented key's hash is compared with every stored hash in constant time, so timing
- * tells nothing about how close a guess was.
+ * Requires `Authorization: Bearer <key>` on every /v1 path and sets the caller's tenant and
+ * role. Keys are read from the index on every request, so a revoked key stops working at
+ * once. The presented key's hash is compared with every stored hash in constant time, so
+ * timing tells nothing about how close a guess was.
  */
 export function authenticate(index: SessionIndex): Interceptor {
   return async (exchange, next) => {
@@ -24,12 +20,13 @@ export function authenticate(index: SessionIndex): Interceptor {
     const match = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
     if (!match) throw new GatewayError(401, "gateway.malformed_authorization", `the Authorization header is not \`Bearer <key>\`: ${HOW}`);
     const presented = createHash("sha256").update(match[1]!, "utf8").digest();
-    let tenant: string | undefined;
-    for (const row of await index.apiKeys()) {
-      if (timingSafeEqual(presented, Buffer.from(row.hash, "hex")) && tenant === undefined) tenant = row.tenant;
+    let found: { hash: string; tenant: string; role: string } | undefined;
+    for (const row of await index.activeKeys()) {
+      if (timingSafeEqual(presented, Buffer.from(row.hash, "hex")) && found === undefined) found = row;
     }
-    if (tenant === undefined) throw new GatewayError(401, "gateway.invalid_api_key", `the API key is not valid: ${HOW}`);
-    exchange.tenant = tenant;
+    if (found === undefined) throw new GatewayError(401, "gateway.invalid_api_key", `the API key is not valid (unknown or revoked): ${HOW}`);
+    exchange.tenant = found.tenant;
+    exchange.caller = { keyHash: found.hash, role: found.role === "admin" ? "admin" : "member" };
     return next();
   };
 }

@@ -16,6 +16,14 @@ export interface ApiKeysTable {
   hash: string;
   tenant: string;
   created_at: string;
+  /** `admin` or `member` (0002). */
+  role: string;
+  /** A label for the admin API (0002). */
+  name: string;
+  /** `config` (operator file), `env` (TACK_API_KEY) or `api` (created by an admin) (0002). */
+  source: string;
+  /** When an admin revoked it; null while it works (0002). */
+  revoked_at: string | null;
 }
 
 /** One row of the session index; the session log stays the source of truth. */
@@ -73,6 +81,21 @@ const migrations: Record<string, Migration> = {
       await db.schema.dropTable("sessions").execute();
       await db.schema.dropTable("api_keys").execute();
       await db.schema.dropTable("tenants").execute();
+    },
+  },
+  // Roles, labels and revocation for API keys. One column per statement: SQLite adds one at a time.
+  "0002_keys_roles": {
+    async up(db: Kysely<unknown>) {
+      // Keys stored before roles existed were the operator's TACK_API_KEY: admins from the environment.
+      await db.schema.alterTable("api_keys").addColumn("role", "text", (c) => c.notNull().defaultTo("admin")).execute();
+      await db.schema.alterTable("api_keys").addColumn("name", "text", (c) => c.notNull().defaultTo("")).execute();
+      await db.schema.alterTable("api_keys").addColumn("source", "text", (c) => c.notNull().defaultTo("env")).execute();
+      await db.schema.alterTable("api_keys").addColumn("revoked_at", "text").execute();
+      await db.schema.createIndex("api_keys_tenant").on("api_keys").columns(["tenant", "created_at"]).execute();
+    },
+    async down(db: Kysely<unknown>) {
+      await db.schema.dropIndex("api_keys_tenant").execute();
+      for (const column of ["revoked_at", "source", "name", "role"]) await db.schema.alterTable("api_keys").dropColumn(column).execute();
     },
   },
 };

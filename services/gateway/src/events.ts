@@ -16,6 +16,8 @@ export function streamEvents(context: GatewayContext): Handler {
   return async (exchange) => {
     const row = await requireSession(context, exchange);
     const { fromSeq, follow } = streamPosition(exchange);
+    // Refused (max_event_streams) before the status line; ends when the caller's key is revoked.
+    const slot = context.policy.openStream(exchange);
     const { res } = exchange;
     res.writeHead(200, {
       "content-type": "text/event-stream; charset=utf-8",
@@ -26,7 +28,7 @@ export function streamEvents(context: GatewayContext): Handler {
     res.flushHeaders();
     const gone = new AbortController();
     res.on("close", () => gone.abort());
-    const signal = AbortSignal.any([gone.signal, context.shutdown]);
+    const signal = AbortSignal.any([gone.signal, context.shutdown, slot.signal]);
     const keepalive = setInterval(() => res.write(": keepalive\n\n"), context.options.keepaliveMs);
     try {
       const events = readSession(context.bus.nc, context.bus.names, { tenant: row.tenant, sessionId: row.id }, { fromSeq, follow, signal });
@@ -40,6 +42,7 @@ export function streamEvents(context: GatewayContext): Handler {
       if (!signal.aborted) res.write(`event: error\ndata: ${JSON.stringify(toHttpError(error).body)}\n\n`);
     } finally {
       clearInterval(keepalive);
+      slot.close();
       res.end();
     }
   };

@@ -11,6 +11,8 @@ export interface Exchange {
   readonly params: Readonly<Record<string, string>>;
   /** The caller's tenant, set by the auth interceptor. */
   tenant: string | undefined;
+  /** The caller's key (its hash) and role, set by the auth interceptor. */
+  caller?: { readonly keyHash: string; readonly role: "admin" | "member" };
 }
 
 /** The end of an interceptor chain: handles the exchange by writing its response. */

@@ -21,6 +21,7 @@ export function setSandboxMode(context: GatewayContext): Handler {
   return async (exchange) => {
     const row = await requireSession(context, exchange);
     const { mode } = await readJson(exchange.req, SandboxModeBody);
+    context.policy.checkSandboxMode(exchange.tenant!, mode);
     const { names } = context.bus;
     const request = SetSandboxModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, mode, changedBy: exchange.tenant! });
     const response = await requestLoop(context, { owner: names.loopSessionMode(row.id), any: names.loopMode }, SetSandboxModeRequest, request, SetSandboxModeResponse);

@@ -1,11 +1,17 @@
 import type { Dialect } from "kysely";
 import { z } from "zod";
 import { assertToken, TackError } from "@tack/bus";
+import { loadOperatorConfig, type OperatorConfig } from "@tack/config";
+import { resolveConfiguredKeys, type ResolvedKey, type Role } from "./keys.js";
 
 /** One accepted API key and the tenant whose sessions it opens. */
 export interface ApiKey {
   readonly key: string;
   readonly tenant: string;
+  /** Default `admin`: a key handed to the gateway at start (TACK_API_KEY) is the operator's own. */
+  readonly role?: Role;
+  /** A label shown by the admin API (default `TACK_API_KEY`). */
+  readonly name?: string;
 }
 
 /** Options of `startGateway`. */
@@ -18,8 +24,14 @@ export interface GatewayOptions {
   host?: string;
   /** Port to listen on (default 7700); 0 picks a free port. */
   port?: number;
-  /** The complete set of valid keys; keys stored from earlier starts and not listed here stop working. */
-  apiKeys: readonly ApiKey[];
+  /**
+   * Keys given at start (main.ts: TACK_API_KEY), in addition to the operator configuration's
+   * `keys`; keys stored from earlier starts and listed in neither stop working (keys created
+   * over the admin API stay until revoked).
+   */
+  apiKeys?: readonly ApiKey[];
+  /** Tenants, their policy and configured keys; default `loadOperatorConfig()` (TACK_CONFIG). */
+  operator?: OperatorConfig;
   /** SQLite file of the session index (`:memory:` for a throwaway index). Ignored when `dialect` is set. */
   sqlitePath?: string;
   /** Any other kysely dialect for the index, e.g. `PostgresDialect` for a team deployment. */
@@ -36,7 +48,9 @@ export interface CompiledOptions {
   readonly namespace: string;
   readonly host: string;
   readonly port: number;
-  readonly apiKeys: readonly ApiKey[];
+  /** Every key from the start options and the operator configuration, as hashes. */
+  readonly keys: readonly ResolvedKey[];
+  readonly operator: OperatorConfig;
   readonly database: { readonly sqlitePath: string } | { readonly dialect: Dialect };
   readonly keepaliveMs: number;
   readonly loopTimeoutMs: number;
@@ -62,22 +76,28 @@ export function compileOptions(options: GatewayOptions): CompiledOptions {
   } catch (error) {
     throw badOptions((error as Error).message);
   }
-  if (options.apiKeys.length === 0) throw badOptions("no API key configured; set TACK_API_KEY (clients send it as `Authorization: Bearer <key>`)");
-  const tenants = new Map<string, string>();
-  for (const { key, tenant } of options.apiKeys) {
+  const operator = options.operator ?? loadOperatorConfig();
+  const apiKeys = options.apiKeys ?? [];
+  if (apiKeys.length === 0 && operator.keys.length === 0) {
+    throw badOptions("no API key configured; set TACK_API_KEY or list keys in the operator configuration (TACK_CONFIG) (clients send a key as `Authorization: Bearer <key>`)");
+  }
+  for (const { key, tenant } of apiKeys) {
     if (key.trim() === "" || /\s/.test(key)) throw badOptions("an API key is empty or contains whitespace; use a single token such as a random hex string");
     try {
       assertToken("tenant", tenant);
     } catch (error) {
       throw badOptions((error as Error).message);
     }
-    const previous = tenants.get(key);
-    if (previous !== undefined && previous !== tenant) throw badOptions(`one API key is configured for two tenants (${previous} and ${tenant}); give each tenant its own key`);
-    tenants.set(key, tenant);
+  }
+  let keys: ResolvedKey[];
+  try {
+    keys = resolveConfiguredKeys(operator, apiKeys);
+  } catch (error) {
+    throw badOptions((error as Error).message);
   }
   const database = options.dialect ? { dialect: options.dialect } : options.sqlitePath ? { sqlitePath: options.sqlitePath } : undefined;
   if (!database) throw badOptions("no session index configured; pass sqlitePath (a file, or `:memory:`) or a kysely dialect");
-  return { ...parsed.data, apiKeys: [...options.apiKeys], database };
+  return { ...parsed.data, keys, operator, database };
 }
 
 function badOptions(message: string): TackError {

@@ -4,8 +4,9 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import type { Kysely } from "kysely";
 import { Bus, TackError } from "@tack/bus";
 import { logger } from "@tack/telemetry";
+import { createKey, listKeys, listTenants, revokeKey } from "./admin.js";
 import { decideApproval } from "./approvals.js";
-import { authenticate, hashApiKey } from "./auth.js";
+import { authenticate } from "./auth.js";
 import { openDatabase, ping, type Database } from "./db.js";
 import { GatewayError, respondWithErrors } from "./errors.js";
 import { streamEvents } from "./events.js";
@@ -14,6 +15,7 @@ import { setSandboxMode } from "./mode.js";
 import { tenantUsage } from "./usage.js";
 import { sessionContext } from "./context.js";
 import { compileOptions, type GatewayOptions } from "./options.js";
+import { TenantPolicies } from "./policy.js";
 import { createSession, getSession, listSessions, submitMessage, type GatewayContext } from "./sessions.js";
 import { SessionIndex } from "./store.js";
 import { traceRequest } from "./tracing.js";
@@ -49,14 +51,16 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     const db = await openDatabase(compiled.database);
     cleanup.push(() => db.destroy());
     const index = new SessionIndex(db);
-    await index.replaceApiKeys(compiled.apiKeys.map((k) => ({ hash: hashApiKey(k.key), tenant: k.tenant })));
+    await index.replaceConfiguredKeys(compiled.keys, Object.keys(compiled.operator.tenants));
+    const policy = new TenantPolicies(compiled.operator, index, compiled.keepaliveMs);
+    cleanup.push(async () => policy.close());
     const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: "tack-gateway" });
     cleanup.push(() => bus.close());
     const jsm = await jetstreamManager(bus.nc).catch((error: unknown) => {
       throw new TackError("gateway.jetstream_unavailable", `NATS at ${compiled.natsUrl} has no JetStream (${(error as Error).message}); start nats-server with -js`, { cause: error });
     });
     const shutdown = new AbortController();
-    const context: GatewayContext = { bus, jsm, index, options: compiled, shutdown: shutdown.signal };
+    const context: GatewayContext = { bus, jsm, index, options: compiled, policy, shutdown: shutdown.signal };
 
     const routes: Route[] = [
       { method: "GET", pattern: "/healthz", handler: health(context, db) },
@@ -69,8 +73,12 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       { method: "POST", pattern: "/v1/sessions/:id/sandbox_mode", handler: setSandboxMode(context) },
       { method: "GET", pattern: "/v1/sessions/:id/context", handler: sessionContext(context) },
       { method: "GET", pattern: "/v1/usage", handler: tenantUsage(context) },
+      { method: "POST", pattern: "/v1/admin/keys", handler: createKey(context) },
+      { method: "GET", pattern: "/v1/admin/keys", handler: listKeys(context) },
+      { method: "DELETE", pattern: "/v1/admin/keys/:id", handler: revokeKey(context) },
+      { method: "GET", pattern: "/v1/admin/tenants", handler: listTenants(context) },
     ];
-    const interceptors = [traceRequest, respondWithErrors(log), authenticate(index)];
+    const interceptors = [traceRequest, respondWithErrors(log), authenticate(index), policy.limitRequests()];
     const chains = new Map(routes.map((r) => [r, compose(interceptors, r.handler)]));
     const unmatched = compose(interceptors, async (exchange) => {
       const allowed = routes.filter((r) => matchPattern(r.pattern, exchange.url.pathname)).map((r) => r.method);

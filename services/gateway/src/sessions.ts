@@ -11,6 +11,7 @@ import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
 import { sendJson, type Exchange, type Handler } from "./http.js";
 import type { CompiledOptions } from "./options.js";
+import type { TenantPolicies } from "./policy.js";
 import type { SessionIndex, SessionRow } from "./store.js";
 import { sessionUsage } from "./usage.js";
 
@@ -20,6 +21,8 @@ export interface GatewayContext {
   readonly jsm: JetStreamManager;
   readonly index: SessionIndex;
   readonly options: CompiledOptions;
+  /** Tenants' policies and what each uses in this process. */
+  readonly policy: TenantPolicies;
   /** Aborted when the gateway stops: ends following event streams. */
   readonly shutdown: AbortSignal;
 }
@@ -32,7 +35,8 @@ const CreateSessionBody = z.strictObject({
   model: z.string({ error: required("a model reference such as deepseek:deepseek-chat") })
     .regex(/^[a-z0-9][a-z0-9_-]*:\S.*$/, "must be <provider>:<model>, e.g. deepseek:deepseek-chat or scripted:/abs/script.json"),
   mode: z.enum(["standard"]).default("standard"),
-  sandbox_mode: z.enum(SANDBOX_MODES).default("workspace-write"),
+  // Absent: workspace-write, or the tenant's widest mode when that is narrower (TenantPolicies.admitSession).
+  sandbox_mode: z.enum(SANDBOX_MODES).optional(),
   approval_policy: z.enum(["ask", "never"]).default("ask"),
   title: z.string().max(200, "must be at most 200 characters").default(""),
   budget_usd: z.number().positive("must be a positive amount of US dollars").optional(),
@@ -70,6 +74,7 @@ export async function requireSession(context: GatewayContext, exchange: Exchange
 export function createSession(context: GatewayContext): Handler {
   return async (exchange) => {
     const body = await readJson(exchange.req, CreateSessionBody);
+    const sandboxMode = await context.policy.admitSession(exchange, { model: body.model, sandboxMode: body.sandbox_mode });
     const workspace = resolve(body.workspace);
     const info = await stat(workspace).catch(() => undefined);
     if (!info) throw new GatewayError(400, "gateway.workspace_not_found", `workspace ${workspace} does not exist on the gateway's host; create it or pass an existing absolute folder`, { details: { workspace } });
@@ -77,12 +82,12 @@ export function createSession(context: GatewayContext): Handler {
     const tenant = exchange.tenant!;
     const { bus } = context;
     const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
-      tenant, mode: body.mode, model: body.model, workspace, sandboxMode: body.sandbox_mode, approvalPolicy: body.approval_policy, title: body.title, budgetUsd: body.budget_usd ?? 0,
+      tenant, mode: body.mode, model: body.model, workspace, sandboxMode, approvalPolicy: body.approval_policy, title: body.title, budgetUsd: body.budget_usd ?? 0,
     }), CreateSessionResponse, { timeoutMs: context.options.loopTimeoutMs });
     const at = timestamp();
     const row: SessionRow = {
       id: created.sessionId, tenant, title: body.title, model: body.model, mode: body.mode, workspace,
-      sandbox_mode: body.sandbox_mode, approval_policy: body.approval_policy, created_at: at, updated_at: at, archived: 0,
+      sandbox_mode: sandboxMode, approval_policy: body.approval_policy, created_at: at, updated_at: at, archived: 0,
     };
     await context.index.insertSession(row);
     sendJson(exchange.res, 201, { ...sessionJson(context, row), subject: created.subject }, { location: `/v1/sessions/${row.id}` });

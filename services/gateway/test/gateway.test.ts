@@ -9,6 +9,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { SpanKind, trace } from "@opentelemetry/api";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
 import { Bus } from "@tack/bus";
+import { compileOperatorConfig } from "@tack/config";
 import { ensureLogStream, readAll } from "@tack/log";
 import { ensurePropagation } from "@tack/telemetry";
 import { MAX_BODY_BYTES, startGateway, type Gateway } from "@tack/gateway-service";
@@ -39,6 +40,8 @@ beforeAll(async () => {
   gateway = await startGateway({
     natsUrl: NATS_URL, namespace, port: 0, sqlitePath: join(dir, "index.db"), keepaliveMs: 200,
     apiKeys: [{ key: KEY_ACME, tenant: "acme" }, { key: KEY_GLOBEX, tenant: "globex" }],
+    // Both tenants may use every sandbox mode; limits are tested in policy.test.ts.
+    operator: compileOperatorConfig({ tenants: Object.fromEntries(["acme", "globex"].map((t) => [t, { workspace_roots: [dir], max_sandbox_mode: "danger-full-access" }])) }, { stateDir: dir, baseDir: dir, source: undefined }),
   });
 });
 

@@ -1,5 +1,6 @@
 import { Kvm, type KV } from "@nats-io/kv";
 import { TackError, type Bus } from "@tack/bus";
+import type { OperatorConfig } from "@tack/config";
 import { EstimateCostRequest, EstimateCostResponse, type Event } from "@tack/proto";
 
 const encoder = new TextEncoder();
@@ -13,6 +14,16 @@ export function sessionSpend(events: readonly Event[]): number {
     else if (e.payload?.$case === "contextSummarized") total += e.payload.value.costUsd;
   }
   return total;
+}
+
+/**
+ * Tenant budgets in USD: each tenant's `budget_usd` in the operator configuration, with
+ * `override` (TACK_TENANT_BUDGETS) taking precedence tenant by tenant.
+ */
+export function tenantBudgets(operator: OperatorConfig, override: Readonly<Record<string, number>> = {}): Record<string, number> {
+  const budgets: Record<string, number> = {};
+  for (const [tenant, policy] of Object.entries(operator.tenants)) if (policy.budget_usd !== undefined) budgets[tenant] = policy.budget_usd;
+  return { ...budgets, ...override };
 }
 
 /**
@@ -79,7 +90,7 @@ export class Budgets {
       const spent = await this.tenantSpend(options.tenant);
       if (spent + costUsd > tenantBudget) {
         throw new TackError("budget.tenant_exceeded",
-          `the next model call could cross tenant ${options.tenant}'s budget of ${usd(tenantBudget)} (spent ${usd(spent)}, the call may cost up to ${usd(costUsd)}); ask an operator to raise TACK_TENANT_BUDGETS`,
+          `the next model call could cross tenant ${options.tenant}'s budget of ${usd(tenantBudget)} (spent ${usd(spent)}, the call may cost up to ${usd(costUsd)}); ask the operator to raise the tenant's budget_usd in the operator configuration`,
           { details: { budget_usd: String(tenantBudget), spent_usd: String(spent), estimate_usd: String(costUsd) } });
       }
     }

@@ -1,12 +1,14 @@
 // Executable entry of the loop service: `tsx services/loop/src/main.ts`.
 import { commonConfig, ConfigError, loadOperatorConfig, runMain } from "@tack/config";
 import { initTelemetry } from "@tack/telemetry";
+import { tenantBudgets } from "./budget.js";
 import { startLoopService } from "./service.js";
 
 const telemetry = initTelemetry({ serviceName: "tack-loop" });
 await runMain("loop", async () => {
   const common = commonConfig();
-  const { retention } = loadOperatorConfig();
+  const operator = loadOperatorConfig();
+  const { retention } = operator;
   const service = await startLoopService({
     natsUrl: common.natsUrl,
     namespace: common.namespace,
@@ -17,7 +19,8 @@ await runMain("loop", async () => {
     ...(process.env.TACK_APPROVAL_TIMEOUT_MS ? { approvalTimeoutMs: Number(process.env.TACK_APPROVAL_TIMEOUT_MS) } : {}),
     ...(process.env.TACK_CONTEXT_WINDOW_TOKENS ? { contextWindowTokens: Number(process.env.TACK_CONTEXT_WINDOW_TOKENS) } : {}),
     ...(process.env.TACK_CONTEXT_WINDOWS ? { contextWindows: jsonObject("TACK_CONTEXT_WINDOWS", process.env.TACK_CONTEXT_WINDOWS, '{"deepseek:deepseek-v4-flash": 1000000}') } : {}),
-    ...(process.env.TACK_TENANT_BUDGETS ? { tenantBudgets: jsonObject("TACK_TENANT_BUDGETS", process.env.TACK_TENANT_BUDGETS, '{"local": 25}') } : {}),
+    // Tenant budgets are the operator configuration's budget_usd; TACK_TENANT_BUDGETS overrides them per tenant.
+    tenantBudgets: tenantBudgets(operator, process.env.TACK_TENANT_BUDGETS ? jsonObject("TACK_TENANT_BUDGETS", process.env.TACK_TENANT_BUDGETS, '{"local": 25}') : {}),
   });
   return { stop: async () => { await service.stop(); await telemetry.shutdown(); } };
 });

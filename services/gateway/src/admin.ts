@@ -1,0 +1,114 @@
+// The admin API: an admin key manages its own tenant's keys and reads its tenant's policy.
+// Keys of other tenants do not exist for it (404), as other tenants' sessions do not.
+import { z } from "zod";
+import { readJson } from "./body.js";
+import { timestamp } from "./db.js";
+import { GatewayError } from "./errors.js";
+import { sendJson, type Exchange, type Handler } from "./http.js";
+import { generateApiKey, hashApiKey, keyId } from "./keys.js";
+import type { GatewayContext } from "./sessions.js";
+import type { KeyRow } from "./store.js";
+
+const CreateKeyBody = z.strictObject({
+  tenant: z.string().optional(),
+  role: z.enum(["admin", "member"], { error: (issue) => `must be "admin" or "member", got ${JSON.stringify(issue.input)}` }).default("member"),
+  name: z.string({ error: "must be a string" }).max(100, "must be at most 100 characters").default(""),
+});
+
+/** The JSON form of a stored key: its id (first 12 hex digits of the hash), never the key or the whole hash. */
+function keyJson(row: KeyRow) {
+  return { id: keyId(row.hash), tenant: row.tenant, role: row.role, name: row.name, source: row.source, created_at: row.created_at, revoked_at: row.revoked_at };
+}
+
+/** Refuses a caller whose key is not an admin key (403 `gateway.forbidden`, naming the role needed). */
+function requireAdmin(exchange: Exchange): string {
+  if (exchange.caller?.role !== "admin") {
+    throw new GatewayError(403, "gateway.forbidden", `${exchange.req.method} ${exchange.route} needs an admin key of tenant ${exchange.tenant}; this key has the role member`, {
+      details: { role_needed: "admin", role: exchange.caller?.role ?? "member" },
+    });
+  }
+  return exchange.tenant!;
+}
+
+/** `POST /v1/admin/keys` `{tenant?, role?, name?}`: creates a key of the admin's tenant; 201 shows the key this once. */
+export function createKey(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const tenant = requireAdmin(exchange);
+    const body = await readJson(exchange.req, CreateKeyBody);
+    if (body.tenant !== undefined && body.tenant !== tenant) {
+      throw new GatewayError(403, "gateway.forbidden", `an admin key of tenant ${tenant} creates keys of tenant ${tenant} only, not ${JSON.stringify(body.tenant)}; keys of other tenants are the operator's (keys: in the operator configuration)`, {
+        details: { tenant: body.tenant },
+      });
+    }
+    const key = generateApiKey();
+    const row: KeyRow = { hash: hashApiKey(key), tenant, role: body.role, name: body.name, source: "api", created_at: timestamp(), revoked_at: null };
+    await context.index.insertKey(row);
+    const json = keyJson(row);
+    sendJson(exchange.res, 201, { ...json, key, note: "the key is shown only now; store it, the gateway keeps only its hash" }, { location: `/v1/admin/keys/${json.id}` });
+  };
+}
+
+/** `GET /v1/admin/keys`: the admin's tenant's keys, revoked ones too. */
+export function listKeys(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const tenant = requireAdmin(exchange);
+    const rows = await context.index.listKeys(tenant);
+    sendJson(exchange.res, 200, { keys: rows.map(keyJson) });
+  };
+}
+
+/**
+ * `DELETE /v1/admin/keys/:id`: revokes a key of the admin's tenant; it is refused from the
+ * next request on and its open event streams end. Keys from the operator configuration or
+ * TACK_API_KEY are the operator's: 409, edit them where they are.
+ */
+export function revokeKey(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const tenant = requireAdmin(exchange);
+    const id = exchange.params.id!;
+    const notFound = () => new GatewayError(404, "gateway.key_not_found", `no key ${JSON.stringify(id)} in tenant ${tenant}; list them with GET /v1/admin/keys`);
+    if (!/^[0-9a-f]{12}$/.test(id)) throw notFound();
+    const rows = await context.index.findKeys(tenant, id);
+    if (rows.length === 0) throw notFound();
+    // 48 bits of hash make two keys of one tenant with the same id practically impossible; refuse rather than guess.
+    if (rows.length > 1) throw new GatewayError(409, "gateway.key_ambiguous", `${rows.length} keys of tenant ${tenant} have the id ${id}; ask the operator to revoke it in the index`);
+    const row = rows[0]!;
+    if (row.source === "config") {
+      throw new GatewayError(409, "gateway.key_not_revocable", `key ${id} comes from the operator configuration${context.options.operator.source ? ` (${context.options.operator.source})` : ""}; remove it from keys: there and restart the gateway`, {
+        details: { source: "config" },
+      });
+    }
+    if (row.source !== "api") {
+      throw new GatewayError(409, "gateway.key_not_revocable", `key ${id} is the gateway's TACK_API_KEY; change TACK_API_KEY and restart the gateway`, { details: { source: row.source } });
+    }
+    await context.index.revokeKey(row.hash);
+    context.policy.endStreamsOf(row.hash);
+    const [revoked] = await context.index.findKeys(tenant, id);
+    sendJson(exchange.res, 200, keyJson(revoked ?? row));
+  };
+}
+
+/** `GET /v1/admin/tenants`: the admin's tenant with its policy and what it uses now. */
+export function listTenants(context: GatewayContext): Handler {
+  return async (exchange) => {
+    const tenant = requireAdmin(exchange);
+    const policy = context.policy.policy(tenant);
+    sendJson(exchange.res, 200, {
+      tenants: [{
+        id: tenant,
+        configured: tenant in context.options.operator.tenants,
+        policy: {
+          workspace_roots: policy.workspace_roots,
+          max_sandbox_mode: policy.max_sandbox_mode,
+          max_sessions: policy.max_sessions,
+          max_sandboxes: policy.max_sandboxes,
+          max_event_streams: policy.max_event_streams,
+          requests_per_minute: policy.requests_per_minute,
+          budget_usd: policy.budget_usd ?? null,
+          model_providers: policy.model_providers ?? null,
+        },
+        usage: { sessions: await context.index.countSessions(tenant), event_streams: context.policy.streamCount(tenant) },
+      }],
+    });
+  };
+}
