@@ -41,7 +41,7 @@ beforeAll(async () => {
     natsUrl: NATS_URL, namespace, port: 0, sqlitePath: join(dir, "index.db"), keepaliveMs: 200,
     apiKeys: [{ key: KEY_ACME, tenant: "acme" }, { key: KEY_GLOBEX, tenant: "globex" }],
     // Both tenants may use every sandbox mode; limits are tested in policy.test.ts.
-    operator: compileOperatorConfig({ tenants: Object.fromEntries(["acme", "globex"].map((t) => [t, { workspace_roots: [dir], max_sandbox_mode: "danger-full-access" }])) }, { stateDir: dir, baseDir: dir, source: undefined }),
+    operator: compileOperatorConfig({ tenants: Object.fromEntries(["acme", "globex"].map((t) => [t, { workspace_roots: [dir], max_sandbox_mode: "danger-full-access" }])) }, { stateDir: join(dir, "state"), baseDir: dir, source: undefined }),
   });
 });
 

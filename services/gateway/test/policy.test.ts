@@ -35,6 +35,7 @@ let gateway: Gateway;
 /** The operator configuration of these tests: two ordinary tenants and one tenant per limit. */
 function configure(keyFile: string): OperatorConfig {
   const roots = { workspace_roots: [dir] };
+  // Tack's state lies beside the workspace, never around it: a workspace may not overlap it.
   return compileOperatorConfig({
     tenants: {
       acme: { ...roots, max_sandbox_mode: "danger-full-access" },
@@ -55,7 +56,7 @@ function configure(keyFile: string): OperatorConfig {
       { tenant: "race", sha256: sha256(KEYS.race) },
       { tenant: "ratey", sha256: sha256(KEYS.ratey) },
     ],
-  }, { stateDir: dir, baseDir: dir, source: join(dir, "operator.yaml") });
+  }, { stateDir: join(dir, "state"), baseDir: dir, source: join(dir, "operator.yaml") });
 }
 
 beforeAll(async () => {
