@@ -42,11 +42,29 @@ export interface SessionsTable {
   archived: number;
 }
 
+/** One audit record: who did what to which session, when (0003). Kept when the session is gone. */
+export interface AuditTable {
+  id: string;
+  tenant: string;
+  /** ISO-8601 UTC. */
+  at: string;
+  /** `api_key` (a caller) or `retention` (the gateway's sweep). */
+  actor: string;
+  /** The caller's key id (never the key); null for `retention`. */
+  key_id: string | null;
+  /** e.g. `session.delete`. */
+  action: string;
+  session_id: string | null;
+  /** JSON object: what the action removed or changed. */
+  details: string;
+}
+
 /** The gateway's SQL schema as kysely sees it. */
 export interface Database {
   tenants: TenantsTable;
   api_keys: ApiKeysTable;
   sessions: SessionsTable;
+  audit: AuditTable;
 }
 
 // A migration sees an untyped database: it must not depend on the schema type of today.
@@ -96,6 +114,25 @@ const migrations: Record<string, Migration> = {
     async down(db: Kysely<unknown>) {
       await db.schema.dropIndex("api_keys_tenant").execute();
       for (const column of ["revoked_at", "source", "name", "role"]) await db.schema.alterTable("api_keys").dropColumn(column).execute();
+    },
+  },
+  // The tenant-visible audit trail (deletions first); no foreign keys, so records outlive what they name.
+  "0003_audit": {
+    async up(db: Kysely<unknown>) {
+      await db.schema.createTable("audit")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("tenant", "text", (c) => c.notNull())
+        .addColumn("at", "text", (c) => c.notNull())
+        .addColumn("actor", "text", (c) => c.notNull())
+        .addColumn("key_id", "text")
+        .addColumn("action", "text", (c) => c.notNull())
+        .addColumn("session_id", "text")
+        .addColumn("details", "text", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("audit_tenant_at").on("audit").columns(["tenant", "at", "id"]).execute();
+    },
+    async down(db: Kysely<unknown>) {
+      await db.schema.dropTable("audit").execute();
     },
   },
 };

@@ -6,8 +6,10 @@ import { Bus, TackError } from "@tack/bus";
 import { logger } from "@tack/telemetry";
 import { createKey, listKeys, listTenants, revokeKey } from "./admin.js";
 import { decideApproval } from "./approvals.js";
+import { AuditLog, listAudit } from "./audit.js";
 import { authenticate } from "./auth.js";
 import { openDatabase, ping, type Database } from "./db.js";
+import { deleteSessionRoute, startRetentionSweep } from "./deletion.js";
 import { GatewayError, respondWithErrors } from "./errors.js";
 import { streamEvents } from "./events.js";
 import { compose, sendJson, type Exchange, type Handler } from "./http.js";
@@ -60,19 +62,24 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       throw new TackError("gateway.jetstream_unavailable", `NATS at ${compiled.natsUrl} has no JetStream (${(error as Error).message}); start nats-server with -js`, { cause: error });
     });
     const shutdown = new AbortController();
-    const context: GatewayContext = { bus, jsm, index, options: compiled, policy, shutdown: shutdown.signal };
+    const context: GatewayContext = { bus, jsm, index, options: compiled, policy, shutdown: shutdown.signal, audit: new AuditLog(db) };
+    const { retention } = compiled.operator;
+    const sweeper = startRetentionSweep(context, { maxAgeDays: retention.sessionMaxAgeDays, intervalMs: retention.sweepIntervalMinutes * 60_000 }, log);
+    cleanup.push(() => sweeper.stop());
 
     const routes: Route[] = [
       { method: "GET", pattern: "/healthz", handler: health(context, db) },
       { method: "POST", pattern: "/v1/sessions", handler: createSession(context) },
       { method: "GET", pattern: "/v1/sessions", handler: listSessions(context) },
       { method: "GET", pattern: "/v1/sessions/:id", handler: getSession(context) },
+      { method: "DELETE", pattern: "/v1/sessions/:id", handler: deleteSessionRoute(context) },
       { method: "POST", pattern: "/v1/sessions/:id/messages", handler: submitMessage(context) },
       { method: "GET", pattern: "/v1/sessions/:id/events", handler: streamEvents(context) },
       { method: "POST", pattern: "/v1/sessions/:id/approvals/:call_id", handler: decideApproval(context) },
       { method: "POST", pattern: "/v1/sessions/:id/sandbox_mode", handler: setSandboxMode(context) },
       { method: "GET", pattern: "/v1/sessions/:id/context", handler: sessionContext(context) },
       { method: "GET", pattern: "/v1/usage", handler: tenantUsage(context) },
+      { method: "GET", pattern: "/v1/audit", handler: listAudit(context.audit) },
       { method: "POST", pattern: "/v1/admin/keys", handler: createKey(context) },
       { method: "GET", pattern: "/v1/admin/keys", handler: listKeys(context) },
       { method: "DELETE", pattern: "/v1/admin/keys/:id", handler: revokeKey(context) },

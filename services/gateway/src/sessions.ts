@@ -6,6 +6,7 @@ import { z } from "zod";
 import { TackError, type Bus, type Codec } from "@tack/bus";
 import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
 import { readAll } from "@tack/log";
+import type { AuditLog } from "./audit.js";
 import { readJson } from "./body.js";
 import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
@@ -25,6 +26,8 @@ export interface GatewayContext {
   readonly policy: TenantPolicies;
   /** Aborted when the gateway stops: ends following event streams. */
   readonly shutdown: AbortSignal;
+  /** The tenant-visible audit trail (deletions). */
+  readonly audit: AuditLog;
 }
 
 const required = (what: string) => (issue: { input: unknown }) => (issue.input === undefined ? `is required: ${what}` : "must be a string");

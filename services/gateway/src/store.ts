@@ -99,4 +99,16 @@ export class SessionIndex {
   async touchSession(id: string): Promise<void> {
     await this.#db.updateTable("sessions").set({ updated_at: timestamp() }).where("id", "=", id).execute();
   }
+
+  /**
+   * Sessions of every tenant with no recorded activity since `before` (ISO time), least recently
+   * active first; `after` continues from the last row of the previous page (for the retention sweep).
+   */
+  async idleSessions(before: string, limit: number, after?: { updatedAt: string; id: string }): Promise<SessionRow[]> {
+    let query = this.#db.selectFrom("sessions").selectAll().where("updated_at", "<", before);
+    if (after) {
+      query = query.where((eb) => eb.or([eb("updated_at", ">", after.updatedAt), eb.and([eb("updated_at", "=", after.updatedAt), eb("id", ">", after.id)])]));
+    }
+    return query.orderBy("updated_at", "asc").orderBy("id", "asc").limit(limit).execute();
+  }
 }
