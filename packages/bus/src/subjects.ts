@@ -13,6 +13,8 @@ export interface Names {
   readonly sandboxEnsure: string;
   readonly sandboxExec: string;
   readonly sandboxRelease: string;
+  /** The live processes of a session's sandbox container, listed by its exec agent (queue group `sandbox`). */
+  readonly sandboxProcesses: string;
   readonly loopCreate: string;
   readonly loopSubmit: string;
   readonly loopDecide: string;
@@ -65,6 +67,7 @@ export function names(namespace = "tack"): Names {
     sandboxEnsure: `${namespace}.sandbox.ensure`,
     sandboxExec: `${namespace}.sandbox.exec`,
     sandboxRelease: `${namespace}.sandbox.release`,
+    sandboxProcesses: `${namespace}.sandbox.processes`,
     loopCreate: `${namespace}.loop.create`,
     loopSubmit: `${namespace}.loop.submit`,
     loopDecide: `${namespace}.loop.decide`,

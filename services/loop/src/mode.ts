@@ -1,9 +1,6 @@
 import { TackError, type Bus } from "@tack/bus";
-import { ExecRequest, ExecResponse } from "@tack/proto";
+import { ListProcessesRequest, ListProcessesResponse } from "@tack/proto";
 import { isSandboxMode, modeRank, SANDBOX_MODES } from "@tack/config";
-
-/** The command that lists a sandbox container's processes (run directly by the container's agent). */
-export const PS_ARGV = ["ps", "-eo", "pid=,ppid=,args="] as const;
 
 /** A process left running in a sandbox container. */
 export interface SandboxProcess {
@@ -23,24 +20,6 @@ export function modesWiderThan(mode: string): string[] {
   return SANDBOX_MODES.slice(modeRank(mode) + 1);
 }
 
-/**
- * The processes in a `PS_ARGV` listing that a command left behind: everything but the init
- * (pid 1), the agent (the init's child running agent.py; orphans are reparented to the init
- * too, so the parent alone does not identify it), the listing's own `ps` and zombies (already
- * ended, only not yet reaped).
- */
-export function leftoverProcesses(listing: string): SandboxProcess[] {
-  const rows = listing.split("\n").flatMap((line) => {
-    const m = /^\s*(\d+)\s+(\d+)\s+(.*)$/.exec(line);
-    return m ? [{ pid: Number(m[1]), ppid: Number(m[2]), command: m[3]!.trim() }] : [];
-  });
-  const agents = new Set(rows.filter((r) => r.ppid === 1 && /\/agent\.py$/.test(r.command)).map((r) => r.pid));
-  const ownPs = PS_ARGV.join(" ");
-  return rows
-    .filter((r) => r.pid !== 1 && !agents.has(r.pid) && !(agents.has(r.ppid) && r.command === ownPs) && !r.command.endsWith("<defunct>"))
-    .map(({ pid, command }) => ({ pid, command }));
-}
-
 /** The refusal of a mode change while `processes` still run in the container of `wider`. */
 export function modeChangeRefused(target: string, wider: string, processes: readonly SandboxProcess[]): TackError {
   const shown = processes.slice(0, 5).map((p) => `${p.pid} ${p.command.length > 80 ? `${p.command.slice(0, 77)}...` : p.command}`);
@@ -56,13 +35,15 @@ export function modeChangeRefused(target: string, wider: string, processes: read
 
 /**
  * Refuses (`loop.mode_change_refused`) a change to `target` while a container of the session
- * under a wider mode still runs a process; modes without a container are skipped.
+ * under a wider mode still runs a process; modes without a container are skipped. The sandbox
+ * service lists every process but the container's exec agent, which its agent tells apart by
+ * pid: a process calling itself agent.py is listed like any other.
  */
 export async function assertNoWiderProcesses(bus: Bus, sessionId: string, target: string): Promise<void> {
   for (const wider of modesWiderThan(target)) {
-    let listed: ExecResponse;
+    let listed: ListProcessesResponse;
     try {
-      listed = await bus.request(bus.names.sandboxExec, ExecRequest, ExecRequest.fromPartial({ sessionId, argv: [...PS_ARGV], mode: wider, timeoutMs: 10_000 }), ExecResponse, { timeoutMs: 15_000 });
+      listed = await bus.request(bus.names.sandboxProcesses, ListProcessesRequest, { sessionId, mode: wider }, ListProcessesResponse, { timeoutMs: 20_000 });
     } catch (error) {
       const e = TackError.from(error);
       if (e.code === "sandbox.not_found") continue;
@@ -71,10 +52,7 @@ export async function assertNoWiderProcesses(bus: Bus, sessionId: string, target
       }
       throw e;
     }
-    if (listed.exitCode !== 0) {
-      throw new TackError("loop.sandbox_unavailable", `listing the processes of the ${wider} container failed (exit ${listed.exitCode}: ${Buffer.from(listed.stderr).toString("utf8").trim()}); retry`, { retryable: true });
-    }
-    const processes = leftoverProcesses(Buffer.from(listed.stdout).toString("utf8"));
+    const processes = listed.processes.map(({ pid, command }) => ({ pid, command }));
     if (processes.length > 0) throw modeChangeRefused(target, wider, processes);
   }
 }

@@ -1,4 +1,4 @@
-"""Tack exec agent: the main process of every sandbox container.
+"""Tack exec agent: PID 1 of every sandbox container.
 
 It runs commands for the sandbox service over its own stdin/stdout, which the service holds
 open through a Docker attach, so a command costs a fork/exec instead of a `docker exec`.
@@ -7,12 +7,19 @@ Framing, both directions: an 8-byte prefix (big-endian u32 header length, u32 bo
 a JSON header, then the raw body bytes.
   service -> agent  {"op":"hello"}                               kill what an earlier connection left running
                     {"op":"run","id":N,"argv":[..],"cwd":"/workspace","timeout_ms":T,"cap":C}  body = stdin
+                    {"op":"ps","id":N}                           list the container's processes
   agent -> service  {"op":"hello","protocol":P,"pid":PID}
                     {"op":"out","id":N,"fd":1|2}                  body = an output chunk (only the first C bytes per stream)
                     {"op":"exit","id":N,"code":E,"timed_out":B,"truncated":B}
+                    {"op":"ps","id":N,"processes":[{"pid":P,"ppid":P,"command":S,"state":S},..],"truncated":B}
 
 Each command runs in a new session (its own process group). At its timeout the whole group
 gets SIGKILL and the exit code is 137. Stdlib only: the image has python3 and nothing else.
+
+The channel is what the service trusts, and commands run as the agent's own user, so the agent
+keeps it out of their reach (docs/decisions/0010-agent-channel.md): it is PID 1 (no init in
+front of it holding the channel), not dumpable, its channel's pipes carry mode 0, it runs with
+an empty environment, and it reaps every process that ends up its child.
 """
 
 import ctypes
@@ -26,7 +33,7 @@ import sys
 import threading
 import time
 
-PROTOCOL = 1
+PROTOCOL = 2
 PREFIX = struct.Struct(">II")
 # Longest a request may be: the bus limits stdin to well under this.
 MAX_FRAME = 4 * 1024 * 1024
@@ -34,6 +41,13 @@ CHUNK = 64 * 1024
 # A command whose own process has exited but whose children still hold its output open
 # is finished this long afterwards, so a stray `sleep 300 &` cannot hold the result.
 DRAIN_AFTER_EXIT_S = 0.2
+# A process listing keeps this much of each command line and this many processes (more than
+# either runtime's pids limit allows), so that it always fits in one bus reply.
+MAX_COMMAND = 1024
+MAX_PROCESSES = 512
+# How the re-executed agent receives the commands' environment (see protect_environment).
+ENV_FLAG = "--env"
+PR_SET_DUMPABLE = 4
 
 # Where the container's memory cgroup counts OOM kills (cgroup v1, then v2).
 OOM_COUNTERS = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
@@ -41,6 +55,22 @@ OOM_COUNTERS = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memo
 write_lock = threading.Lock()
 running_lock = threading.Lock()
 running = {}  # id -> Popen
+# Held while a command is forked and its pid registered, and while any child is reaped: so the
+# reaper never collects a command's status before the command's thread has said it wants it.
+children_lock = threading.Lock()
+exits = {}  # pid -> Exit, for the processes the agent started itself
+spawned = threading.Event()
+child_env = {}
+
+
+class Exit:
+    """The exit status of a process the agent started, delivered by the reaper."""
+
+    __slots__ = ("done", "code")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.code = None  # as Popen.returncode: the exit code, or -N for signal N
 
 
 def send(header, body=b""):
@@ -84,6 +114,33 @@ def oom_kills():
     return None
 
 
+def reap():
+    """Reaps every child of PID 1 (commands, and the orphans the kernel re-parents to it)."""
+    while True:
+        spawned.clear()
+        try:
+            # WNOWAIT: learn which child ended without reaping it yet; it is reaped under the lock below.
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            # No child at all. Orphans only come from descendants, so the next one follows a spawn;
+            # the timeout covers processes that got here another way (a `docker exec` from the host).
+            spawned.wait(1.0)
+            continue
+        if info is None:
+            continue
+        with children_lock:
+            try:
+                # WNOHANG: should the pid already be gone and reused by a live process, never block holding the lock.
+                pid, status = os.waitpid(info.si_pid, os.WNOHANG)
+            except ChildProcessError:
+                # Popen reaped it itself (a command that failed to execute).
+                continue
+            waiter = exits.pop(pid, None) if pid else None
+        if waiter is not None:
+            waiter.code = os.waitstatus_to_exitcode(status)
+            waiter.done.set()
+
+
 def spawn_failure(command_id, message, code):
     send({"op": "out", "id": command_id, "fd": 2}, message.encode())
     send({"op": "exit", "id": command_id, "code": code, "timed_out": False, "truncated": False})
@@ -97,15 +154,19 @@ def run(request, stdin):
     deadline = time.monotonic() + int(request["timeout_ms"]) / 1000
     oom_before = oom_kills()
     try:
-        process = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
+        with children_lock:
+            process = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=child_env,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                # The channel is fds 0-1 of this process only: the command gets its own pipes and nothing else.
+                close_fds=True,
+            )
+            waiter = exits[process.pid] = Exit()
     except FileNotFoundError as error:
         if error.filename == cwd:
             spawn_failure(command_id, f"tack-agent: cannot use working directory {cwd}: {error.strerror}\n", 126)
@@ -115,9 +176,21 @@ def run(request, stdin):
     except (PermissionError, NotADirectoryError, OSError) as error:
         spawn_failure(command_id, f"tack-agent: cannot run {argv[0]} in {cwd}: {error.strerror}\n", 126)
         return
+    spawned.set()
     with running_lock:
         running[command_id] = process
+    try:
+        finish(command_id, process, waiter, stdin, cap, deadline, oom_before)
+    finally:
+        with running_lock:
+            running.pop(command_id, None)
+        # Popen's own bookkeeping: one left without a return code is polled by every later Popen,
+        # which would reap (and so steal) whatever now has its pid.
+        if process.returncode is None:
+            process.returncode = waiter.code if waiter.code is not None else -signal.SIGKILL
 
+
+def finish(command_id, process, waiter, stdin, cap, deadline, oom_before):
     selector = selectors.DefaultSelector()
     sent = {1: 0, 2: 0}
     truncated = False
@@ -141,7 +214,7 @@ def run(request, stdin):
             break
         wait = (finish_by if finish_by is not None else deadline) - now
         events = selector.select(timeout=min(max(wait, 0), 0.05))
-        if finish_by is None and process.poll() is not None:
+        if finish_by is None and waiter.done.is_set():
             finish_by = time.monotonic() + DRAIN_AFTER_EXIT_S
         for key, _ in events:
             if key.data == 0:
@@ -176,18 +249,51 @@ def run(request, stdin):
             pipe.close()
 
     # The output is closed (or abandoned); the process itself may still run until the deadline.
-    try:
-        process.wait(timeout=max(deadline - time.monotonic(), 0))
-    except subprocess.TimeoutExpired:
+    if not waiter.done.wait(max(deadline - time.monotonic(), 0)):
         kill_group(process)
         timed_out = True
-        process.wait()
-    with running_lock:
-        running.pop(command_id, None)
-    code = process.returncode
+        waiter.done.wait()
+    code = process.returncode = waiter.code
     if code == -signal.SIGKILL and not timed_out and oom_before is not None and (oom_kills() or 0) > oom_before:
         send({"op": "out", "id": command_id, "fd": 2}, b"tack-agent: killed by the kernel's out-of-memory killer: the sandbox reached its memory limit\n")
     send({"op": "exit", "id": command_id, "code": 128 - code if code < 0 else code, "timed_out": timed_out, "truncated": truncated})
+
+
+def list_processes():
+    """Every live process of the container but this one, read from /proc; zombies are left out."""
+    own = os.getpid()
+    processes = []
+    # Under the lock no command is between fork and exec, where it would still carry this process's command line.
+    with children_lock:
+        for name in os.listdir("/proc"):
+            # Identified by pid only: a command line can claim to be anything, this agent included.
+            if not name.isdigit() or int(name) == own:
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as stat_file:
+                    stat = stat_file.read()
+                with open(f"/proc/{name}/cmdline", "rb") as cmdline_file:
+                    cmdline = cmdline_file.read(MAX_COMMAND + 1)
+            except OSError:
+                continue  # it ended meanwhile
+            # The name in parentheses may itself hold spaces and parentheses: the fields follow the last ')'.
+            close = stat.rfind(b")")
+            fields = stat[close + 2:].split()
+            if close < 0 or len(fields) < 2:
+                continue
+            state = fields[0].decode("ascii", "replace")
+            if state in ("Z", "X", "x"):
+                continue
+            args = cmdline.rstrip(b"\0")
+            command = args.replace(b"\0", b" ") if args else b"[" + stat[stat.find(b"(") + 1:close] + b"]"
+            processes.append({
+                "pid": int(name),
+                "ppid": int(fields[1]),
+                "command": command[:MAX_COMMAND].decode("utf-8", "replace"),
+                "state": state,
+            })
+    processes.sort(key=lambda process: process["pid"])
+    return processes[:MAX_PROCESSES], len(processes) > MAX_PROCESSES
 
 
 def serve():
@@ -216,13 +322,51 @@ def serve():
             except RuntimeError as error:
                 # Threads count against the pids limit: a fork bomb in another command must not end the agent.
                 spawn_failure(header["id"], f"tack-agent: cannot start {header['argv'][0]}: {error} (the sandbox is at its process limit)\n", 126)
+        elif header["op"] == "ps":
+            # Answered here rather than on a thread: it must work when the pids limit leaves no room for one.
+            processes, truncated = list_processes()
+            send({"op": "ps", "id": header["id"], "processes": processes, "truncated": truncated})
         else:
             sys.stderr.write(f"tack-agent: unknown op {header['op']!r}\n")
 
 
+def protect_environment():
+    """Re-executes the agent with an empty environment, passing the commands' environment in argv.
+
+    gVisor (the 2022 runsc) lets every process of the container read /proc/1/environ, whatever
+    dumpable says. The values are the ones every command gets in its own environment anyway,
+    so argv (readable by all, as always) is no disclosure; the environment block is left empty.
+    """
+    if sys.argv[1:2] == [ENV_FLAG]:
+        child_env.update(pair.split("=", 1) for pair in sys.argv[2:] if "=" in pair)
+        return
+    pairs = [f"{name}={value}" for name, value in os.environ.items()]
+    os.execve(sys.executable, [sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), ENV_FLAG, *pairs], {})
+
+
+def protect_channel():
+    """Puts the channel out of the reach of commands, which run as this process's own user.
+
+    Not dumpable: the kernel makes this process's /proc/<pid> files root's, so fd, environ and
+    mem cannot be opened, and ptrace needs CAP_SYS_PTRACE, which no process here has; exec gives
+    every command its dumpable flag back. Mode 0 on the channel's pipes: gVisor's /proc/<pid>/fd
+    ignores dumpable and opens the pipe itself, checked against the pipe's own mode (0600, owned
+    by the container's user). As PID 1, the kernel drops every signal sent from inside the
+    container that the agent has no handler for; Python's SIGINT handler would let one through.
+    Any failure ends the agent: it never serves a channel it could not protect.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(errno)}")
+    for fd in (0, 1, 2):
+        os.fchmod(fd, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 if __name__ == "__main__":
-    # Not dumpable: commands run as the same user, and must not reach this process's
-    # channel through /proc/<pid>/fd or its memory through ptrace or /proc/<pid>/mem.
-    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    protect_environment()
+    protect_channel()
     os.chdir("/")
+    threading.Thread(target=reap, name="reaper", daemon=True).start()
     serve()

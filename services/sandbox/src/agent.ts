@@ -4,8 +4,8 @@ import type Docker from "dockerode";
 import { TackError } from "@tack/bus";
 import { dockerFailure } from "./docker.js";
 
-/** Protocol version spoken by `agent/agent.py`; an agent that answers another one is not used. */
-export const AGENT_PROTOCOL = 1;
+/** Protocol version spoken by `agent/agent.py`; an agent that answers another one is not used. 2: the agent is PID 1 and answers `ps`. */
+export const AGENT_PROTOCOL = 2;
 // Largest frame either side sends: stdin is bounded by the bus, output chunks are 64 KiB.
 const MAX_FRAME = 4 * 1024 * 1024;
 // Docker's multiplexed attach stream: 8-byte header (stream type, 3 zero bytes, u32 length).
@@ -17,6 +17,10 @@ const STDERR_TAIL = 2048;
 const SILENT_AGENT_GRACE_MS = 10_000;
 // How long a dead channel waits for the engine to say why the container stopped.
 const EXPLAIN_WITHIN_MS = 2000;
+// A process listing is a read of /proc in the agent; a healthy one answers in milliseconds.
+const LIST_TIMEOUT_MS = 10_000;
+/** Most processes one listing carries, and most characters of each command line (the agent cuts at the same sizes). */
+export const LISTING_LIMITS = { processes: 512, command: 1024 } as const;
 
 /** One command for the agent. */
 export interface AgentCommand {
@@ -35,6 +39,28 @@ export interface AgentResult {
   readonly stderr: Buffer;
   readonly timedOut: boolean;
   readonly truncated: boolean;
+}
+
+/** One live process of the container as the agent read it from /proc. */
+export interface AgentProcess {
+  readonly pid: number;
+  readonly ppid: number;
+  /** The command line, arguments joined by spaces; a process without one shows its name in brackets. */
+  readonly command: string;
+  /** The one-letter state of /proc/<pid>/stat (R, S, D, T, ...); zombies are never listed. */
+  readonly state: string;
+}
+
+/** The container's processes but the agent itself, by pid; `truncated` when there were more than the listing carries. */
+export interface AgentListing {
+  readonly processes: AgentProcess[];
+  readonly truncated: boolean;
+}
+
+interface PendingListing {
+  readonly resolve: (listing: AgentListing) => void;
+  readonly reject: (error: TackError) => void;
+  readonly timer: NodeJS.Timeout;
 }
 
 interface Pending {
@@ -56,6 +82,7 @@ interface Header {
   timed_out?: unknown;
   truncated?: unknown;
   protocol?: unknown;
+  processes?: unknown;
 }
 
 /**
@@ -69,6 +96,7 @@ export class AgentChannel {
   readonly #container: Docker.Container;
   readonly #label: string;
   readonly #pending = new Map<string, Pending>();
+  readonly #listings = new Map<string, PendingListing>();
   readonly #nonce = randomBytes(4).toString("hex");
   #next = 0;
   #docker: Buffer = Buffer.alloc(0);
@@ -159,6 +187,28 @@ export class AgentChannel {
     });
   }
 
+  /**
+   * Lists the container's live processes but the agent's own, zombies left out. The agent tells
+   * itself apart by pid, never by command line. Fails with `sandbox.agent_lost` when the agent
+   * goes away meanwhile, `sandbox.agent_unresponsive` when it does not answer.
+   */
+  processes(): Promise<AgentListing> {
+    if (!this.alive) return Promise.reject(this.#lost());
+    const id = `${this.#nonce}-${this.#next++}`;
+    return new Promise<AgentListing>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#listings.delete(id);
+        reject(new TackError(
+          "sandbox.agent_unresponsive",
+          `the exec agent of ${this.#label} did not list its processes within ${LIST_TIMEOUT_MS} ms; release the sandbox and ensure it again`,
+          { retryable: true },
+        ));
+      }, LIST_TIMEOUT_MS);
+      this.#listings.set(id, { resolve, reject, timer });
+      this.#send({ op: "ps", id });
+    });
+  }
+
   /** Closes the connection; the agent keeps running and a later attach can take it over. */
   close(): void {
     this.#die("the service closed the channel", false);
@@ -218,6 +268,14 @@ export class AgentChannel {
       }
       return;
     }
+    if (header.op === "ps") {
+      const listing = typeof header.id === "string" ? this.#listings.get(header.id) : undefined;
+      if (!listing) return;
+      clearTimeout(listing.timer);
+      this.#listings.delete(header.id as string);
+      listing.resolve(parseListing(header));
+      return;
+    }
     // Results of commands from an earlier connection (or another attach) carry ids this one never issued.
     const pending = typeof header.id === "string" ? this.#pending.get(header.id) : undefined;
     if (!pending) return;
@@ -258,10 +316,12 @@ export class AgentChannel {
     void (explain ? this.#stopCause() : Promise.resolve(undefined)).then((cause) => {
       if (cause) this.#deadReason = withTail(cause);
       this.#hello?.(this.#failure(this.#deadReason ?? reason));
-      for (const [id, pending] of this.#pending) {
-        clearTimeout(pending.timer);
-        this.#pending.delete(id);
-        pending.reject(this.#lost());
+      for (const waiting of [this.#pending, this.#listings]) {
+        for (const [id, pending] of waiting) {
+          clearTimeout(pending.timer);
+          waiting.delete(id);
+          pending.reject(this.#lost());
+        }
       }
       for (const listener of this.#onDead.splice(0)) listener(this.#deadReason ?? reason);
     });
@@ -291,4 +351,21 @@ export class AgentChannel {
   #failure(what: string): TackError {
     return new TackError("sandbox.agent_failed", `the exec agent of ${this.#label} did not come up: ${what}`, { retryable: true });
   }
+}
+
+// The agent's listing, kept to what a well-formed one holds: the channel is not trusted to be well-formed.
+function parseListing(header: Header): AgentListing {
+  const raw = Array.isArray(header.processes) ? (header.processes as unknown[]) : [];
+  const processes: AgentProcess[] = [];
+  for (const entry of raw.slice(0, LISTING_LIMITS.processes)) {
+    const { pid, ppid, command, state } = (entry ?? {}) as Record<string, unknown>;
+    if (!Number.isSafeInteger(pid) || (pid as number) <= 0 || !Number.isSafeInteger(ppid) || (ppid as number) < 0) continue;
+    processes.push({
+      pid: pid as number,
+      ppid: ppid as number,
+      command: typeof command === "string" ? command.slice(0, LISTING_LIMITS.command) : "",
+      state: typeof state === "string" ? state.slice(0, 1) : "",
+    });
+  }
+  return { processes, truncated: header.truncated === true || raw.length > LISTING_LIMITS.processes };
 }

@@ -2,6 +2,7 @@ import { hostname } from "node:os";
 import { isAbsolute } from "node:path";
 import { assertToken, TackError } from "@tack/bus";
 import { z } from "zod";
+import { AGENT_SOURCE, defaultAgentDir } from "./agent-copy.js";
 
 /** How a sandbox service instance is configured; every field but `natsUrl` has a default. */
 export interface SandboxServiceOptions {
@@ -25,6 +26,10 @@ export interface SandboxServiceOptions {
   poolSize?: number;
   /** Host directory under which the warm pool mounts session workspaces (default /var/lib/tack/sandbox). */
   poolDir?: string;
+  /** The exec agent's source, copied once at start (default: `agent/agent.py` beside the service's code). */
+  agentSource?: string;
+  /** Host directory of the agent's content-addressed copies, mounted into containers (default: `defaultAgentDir()`); never inside a workspace. */
+  agentDir?: string;
 }
 
 /** Options after validation and defaulting; trusted from here on. */
@@ -49,6 +54,8 @@ const schema = z.object({
   replicaId: z.string().refine(tokenOf("replica id"), "must be 1-64 lowercase letters, digits, '_' or '-'").default(defaultReplicaId),
   poolSize: z.number({ error: "must be a whole number" }).int("must be a whole number").min(0, "must be 0 or more").max(64, "must be at most 64").default(2),
   poolDir: z.string().refine(isAbsolute, "must be an absolute host path").default("/var/lib/tack/sandbox"),
+  agentSource: z.string().refine(isAbsolute, "must be an absolute host path").default(AGENT_SOURCE),
+  agentDir: z.string().refine(isAbsolute, "must be an absolute host path").default(() => defaultAgentDir()),
 });
 
 // The host name as a subject token: a restarted process on the same host gets the same id.

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type Docker from "dockerode";
 import type { AgentChannel } from "./agent.js";
+import type { InstalledAgent } from "./agent-copy.js";
 import { removeContainer, startNew, type RuntimeCheck } from "./container.js";
 import type { SlotMounts } from "./mounts.js";
 import type { CompiledOptions } from "./options.js";
@@ -36,6 +37,7 @@ const MAX_BACKOFF_MS = 60_000;
 export class Pool {
   readonly #docker: Docker;
   readonly #options: CompiledOptions;
+  readonly #agent: InstalledAgent;
   readonly #runtimes: RuntimeCheck;
   readonly #warn: (message: string) => void;
   readonly #ready: Slot[] = [];
@@ -46,7 +48,8 @@ export class Pool {
   /** The host side of the slots. */
   readonly mounts: SlotMounts;
 
-  constructor(docker: Docker, options: CompiledOptions, mounts: SlotMounts, runtimes: RuntimeCheck, warn: (message: string) => void) {
+  constructor(docker: Docker, options: CompiledOptions, mounts: SlotMounts, runtimes: RuntimeCheck, warn: (message: string) => void, agent: InstalledAgent) {
+    this.#agent = agent;
     this.#docker = docker;
     this.#options = options;
     this.#runtimes = runtimes;
@@ -159,6 +162,7 @@ export class Pool {
         workspace: { kind: "slot", path },
         network: false,
         pidsLimit: pidsLimit(runtime.path),
+        agentDir: this.#agent.dir,
       }), `pool slot ${slotId}`);
       return { slotId, path, containerId: started.id, channel: started.channel };
     } catch (error) {

@@ -5,6 +5,8 @@ import {
   EnsureSandboxResponse,
   ExecRequest,
   ExecResponse,
+  ListProcessesRequest,
+  ListProcessesResponse,
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
 } from "@tack/proto";
@@ -16,6 +18,8 @@ import { MODES, parseMode, resolveWorkspace, type SandboxMode } from "./spec.js"
 // A cold start under load plus an image check; a forwarded ensure waits this long.
 const FORWARD_ENSURE_MS = 120_000;
 const FORWARD_RELEASE_MS = 60_000;
+// A listing is a read of /proc (the agent answers within 10 s or the channel fails it); a forwarded one waits this long.
+const FORWARD_PROCESSES_MS = 15_000;
 // A forwarded exec waits for the command's own timeout plus this.
 const FORWARD_EXEC_GRACE_MS = 15_000;
 const PING_TIMEOUT_MS = 2000;
@@ -69,6 +73,18 @@ export class Router {
     return response;
   }
 
+  /** `sandbox.processes`: the live processes of the session's container of the request's mode (its first container when empty), all but its agent. */
+  async processes(request: ListProcessesRequest, forwarded = false): Promise<ListProcessesResponse> {
+    assertId("session id", request.sessionId);
+    const mode = request.mode ? parseMode(request.mode) : await this.#firstMode(request.sessionId);
+    const result = await this.#sandboxes.processes(request.sessionId, mode);
+    if ("local" in result) return result.local;
+    if (forwarded) throw moved(request.sessionId, mode);
+    const response = await this.#forward(result.owner.replica, "processes", ListProcessesRequest, { ...request, mode }, ListProcessesResponse, FORWARD_PROCESSES_MS);
+    if (!response) throw notFound(request.sessionId, mode, `replica ${result.owner.replica}, which held it, is gone`);
+    return response;
+  }
+
   /** `sandbox.release`: removes the session's container of the request's mode, or all of them when empty. */
   async release(request: ReleaseSandboxRequest, forwarded = false): Promise<boolean> {
     assertId("session id", request.sessionId);
@@ -110,7 +126,7 @@ export class Router {
   }
 
   // The owner's answer, or undefined when the owner has no subscriber (it is gone).
-  async #forward<Req, Res>(replicaId: string, verb: "ensure" | "exec" | "release", requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, timeoutMs: number): Promise<Res | undefined> {
+  async #forward<Req, Res>(replicaId: string, verb: "ensure" | "exec" | "release" | "processes", requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, timeoutMs: number): Promise<Res | undefined> {
     try {
       return await this.#bus.request(replicaSubject(this.#bus.names.namespace, replicaId, verb), requestCodec, request, responseCodec, { timeoutMs });
     } catch (error) {

@@ -2,7 +2,8 @@ import { dirname, join } from "node:path";
 import type Docker from "dockerode";
 import { assertToken, TackError } from "@tack/bus";
 import type { ExecRequest, ExecResponse } from "@tack/proto";
-import type { AgentChannel } from "./agent.js";
+import type { AgentChannel, AgentListing } from "./agent.js";
+import type { InstalledAgent } from "./agent-copy.js";
 import { removeContainer, reopen, startNew, type RuntimeCheck, type Started } from "./container.js";
 import { dockerFailure, statusOf } from "./docker.js";
 import { runExec } from "./exec.js";
@@ -85,10 +86,12 @@ export class Sandboxes {
   readonly #runtimes: RuntimeCheck;
   readonly #warn: (message: string) => void;
   readonly #entries = new Map<string, Entry>();
+  readonly #agent: InstalledAgent;
   readonly #locks = new Map<string, Promise<void>>();
   readonly #suspects = new Map<string, number>();
 
-  constructor(docker: Docker, options: CompiledOptions, placements: Placements, pool: Pool | undefined, runtimes: RuntimeCheck, warn: (message: string) => void) {
+  constructor(docker: Docker, options: CompiledOptions, placements: Placements, pool: Pool | undefined, runtimes: RuntimeCheck, warn: (message: string) => void, agent: InstalledAgent) {
+    this.#agent = agent;
     this.#docker = docker;
     this.#options = options;
     this.#placements = placements;
@@ -160,6 +163,30 @@ export class Sandboxes {
    * when the agent stops while the command runs.
    */
   async exec(sessionId: string, mode: SandboxMode, request: ExecRequest): Promise<Owned<ExecResponse>> {
+    const entry = await this.#attached(sessionId, mode);
+    if ("owner" in entry) return entry;
+    entry.activeExecs += 1;
+    entry.lastUsedAt = Date.now();
+    try {
+      return { local: await runExec(entry.channel, request) };
+    } finally {
+      entry.activeExecs -= 1;
+      entry.lastUsedAt = Date.now();
+    }
+  }
+
+  /**
+   * Lists the live processes of the session's container of `mode`, all but its exec agent.
+   * Not a use of the container: a listing does not keep it from being reaped as idle.
+   */
+  async processes(sessionId: string, mode: SandboxMode): Promise<Owned<AgentListing>> {
+    const entry = await this.#attached(sessionId, mode);
+    if ("owner" in entry) return entry;
+    return { local: await entry.channel.processes() };
+  }
+
+  // The session's entry of `mode` with a live agent channel (attached now after a restart), or its owner; fails with not found.
+  async #attached(sessionId: string, mode: SandboxMode): Promise<(Entry & { channel: AgentChannel }) | { owner: Placement }> {
     const k = key(sessionId, mode);
     let entry = this.#entries.get(k);
     if (!entry?.channel) {
@@ -181,15 +208,7 @@ export class Sandboxes {
       entry = found;
     }
     if (!entry?.channel?.alive) throw notFound(sessionId, mode, entry?.channel?.deadReason && `its exec agent stopped: ${entry.channel.deadReason}`);
-    const lent = entry;
-    lent.activeExecs += 1;
-    lent.lastUsedAt = Date.now();
-    try {
-      return { local: await runExec(entry.channel, request) };
-    } finally {
-      lent.activeExecs -= 1;
-      lent.lastUsedAt = Date.now();
-    }
+    return entry as Entry & { channel: AgentChannel };
   }
 
   /** Removes the session's container of `mode` (killing whatever runs in it); false when it had none. */
@@ -349,6 +368,7 @@ export class Sandboxes {
         workspace: { kind: "direct", path: workspace.path, readOnly: mode === "read-only" },
         network,
         pidsLimit: pidsLimit(runtime.path),
+        agentDir: this.#agent.dir,
       }), label(sessionId, mode));
       const placement: Placement = { ...base, container_id: started.id };
       await this.#placements.update(sessionId, mode, placement, revision);

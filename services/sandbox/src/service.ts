@@ -7,9 +7,12 @@ import {
   EnsureSandboxResponse,
   ExecRequest,
   ExecResponse,
+  ListProcessesRequest,
+  ListProcessesResponse,
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
 } from "@tack/proto";
+import { installAgent } from "./agent-copy.js";
 import { engineRuntimes, RuntimeCheck } from "./container.js";
 import { dockerFailure } from "./docker.js";
 import { SlotMounts } from "./mounts.js";
@@ -41,10 +44,10 @@ export interface SandboxService {
 }
 
 /**
- * Starts a sandbox replica: validates the options, connects to NATS, opens the placement bucket,
- * takes back this replica's containers, serves ensure/exec/release in queue group `sandbox` and on
- * its own replica subjects, fills the warm pool, reaps idle containers and removes those of
- * replicas that are gone. Fails with a TackError when the options are invalid or NATS or Docker
+ * Starts a sandbox replica: validates the options, installs its copy of the exec agent, connects
+ * to NATS, opens the placement bucket, takes back this replica's containers, serves
+ * ensure/exec/release/processes in queue group `sandbox` and on its own replica subjects, fills
+ * the warm pool, reaps idle containers and removes those of replicas that are gone. Fails with a TackError when the options are invalid or NATS or Docker
  * is unreachable.
  */
 export async function startSandboxService(options: SandboxServiceOptions): Promise<SandboxService> {
@@ -53,6 +56,8 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
   const docker = new Docker();
   // Before anything is created on the bus: without an engine there is nothing to serve.
   await docker.ping().catch((error: unknown) => Promise.reject(dockerFailure(error, "reach the Docker engine")));
+  // Containers mount this copy, taken now: what happens to the checkout later changes no sandbox (decision 0010).
+  const agent = await installAgent(compiled.agentSource, compiled.agentDir);
   const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: `tack-sandbox-${compiled.replicaId}` });
   const runtimes = new RuntimeCheck(docker, compiled.runtime);
   let pool: Pool | undefined;
@@ -65,14 +70,14 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
       poolUnavailable = await poolObstacle(docker, compiled.runtime);
       if (!poolUnavailable) {
         try {
-          pool = new Pool(docker, compiled, await SlotMounts.prepare(join(compiled.poolDir, compiled.namespace, compiled.replicaId)), runtimes, warn);
+          pool = new Pool(docker, compiled, await SlotMounts.prepare(join(compiled.poolDir, compiled.namespace, compiled.replicaId)), runtimes, warn, agent);
         } catch (error) {
           poolUnavailable = (error as Error).message;
         }
       }
       if (poolUnavailable) warn(`warm pool off: ${poolUnavailable}`);
     }
-    sandboxes = new Sandboxes(docker, compiled, placements, pool, runtimes, warn);
+    sandboxes = new Sandboxes(docker, compiled, placements, pool, runtimes, warn, agent);
     await sandboxes.adopt();
   } catch (error) {
     await bus.close();
@@ -100,16 +105,24 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
       return response;
     }));
   const release = (forwarded: boolean) => tracked(async (request: ReleaseSandboxRequest) => ({ removed: await router.release(request, forwarded) }));
+  const processes = (forwarded: boolean) => tracked((request: ListProcessesRequest) =>
+    inSpan("sandbox.processes", { "tack.session_id": request.sessionId, "sandbox.mode": request.mode }, async () => {
+      const response = await router.processes(request, forwarded);
+      trace.getActiveSpan()?.setAttributes({ "sandbox.processes": response.processes.length });
+      return response;
+    }));
 
-  const own = (verb: "ensure" | "exec" | "release" | "ping") => replicaSubject(compiled.namespace, compiled.replicaId, verb);
+  const own = (verb: "ensure" | "exec" | "release" | "processes" | "ping") => replicaSubject(compiled.namespace, compiled.replicaId, verb);
   const subscriptions = [
     bus.serve(bus.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, ensure(false)),
     bus.serve(bus.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, exec(false)),
     bus.serve(bus.names.sandboxRelease, "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, release(false)),
+    bus.serve(bus.names.sandboxProcesses, "sandbox", ListProcessesRequest, ListProcessesResponse, processes(false)),
     // Requests other replicas forward for containers this one owns (queue group per replica: a second process with this id shares the work).
     bus.serve(own("ensure"), "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, ensure(true)),
     bus.serve(own("exec"), "sandbox", ExecRequest, ExecResponse, exec(true)),
     bus.serve(own("release"), "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, release(true)),
+    bus.serve(own("processes"), "sandbox", ListProcessesRequest, ListProcessesResponse, processes(true)),
     bus.nc.subscribe(own("ping"), { callback: (_error, message) => void message.respond() }),
   ];
 

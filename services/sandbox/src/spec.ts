@@ -1,6 +1,5 @@
 import { realpath, stat } from "node:fs/promises";
 import { isAbsolute } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { ContainerCreateOptions } from "dockerode";
 import { TackError } from "@tack/bus";
 
@@ -105,9 +104,8 @@ export function poolContainerName(namespace: string, slotId: string): string {
   return `tack-${namespace}-pool-${slotId}`;
 }
 
-/** Host directory of the exec agent, mounted read-only into every container (so no image rebuild is needed to change it). */
-export const AGENT_DIR = fileURLToPath(new URL("../agent", import.meta.url));
-const AGENT_MOUNT = "/opt/tack";
+/** Where the exec agent's directory is mounted inside every container (read-only); the container runs `agent.py` from it. */
+export const AGENT_MOUNT = "/opt/tack";
 
 /** How the workspace reaches /workspace: bound directly, or through a pool slot that the workspace is mounted onto later. */
 export type WorkspaceMount =
@@ -125,6 +123,8 @@ export interface SandboxSpec {
   readonly network: boolean;
   /** From {@link pidsLimit}. */
   readonly pidsLimit: number;
+  /** The host directory holding the exec agent: the root-owned, content-addressed copy from `installAgent`, never the checkout. */
+  readonly agentDir: string;
 }
 
 /**
@@ -167,9 +167,9 @@ export function containerOptions(spec: SandboxSpec): ContainerCreateOptions {
     Tty: false,
     HostConfig: {
       Runtime: spec.runtime,
-      // An init as PID 1 reaps the orphans of finished commands, which would otherwise pile up against the pid limit;
-      // it exits with the agent, so a dead agent is a stopped container.
-      Init: true,
+      // No init: the agent is PID 1 itself and reaps the orphans of finished commands. An init in front of it would hold the
+      // agent's channel in a process commands could ptrace and whose /proc/1/fd they could open (decision 0010).
+      Init: false,
       CapDrop: ["ALL"],
       SecurityOpt: ["no-new-privileges"],
       ReadonlyRootfs: true,
@@ -177,7 +177,7 @@ export function containerOptions(spec: SandboxSpec): ContainerCreateOptions {
         "/tmp": "rw,nosuid,nodev,size=256m,mode=1777",
         "/home/tack": `rw,nosuid,nodev,size=64m,uid=${uid},gid=${gid},mode=0755`,
       },
-      Mounts: [workspace, { Type: "bind", Source: AGENT_DIR, Target: AGENT_MOUNT, ReadOnly: true }],
+      Mounts: [workspace, { Type: "bind", Source: spec.agentDir, Target: AGENT_MOUNT, ReadOnly: true }],
       NetworkMode: spec.network ? "bridge" : "none",
       PidsLimit: spec.pidsLimit,
       Memory: GIB,

@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { access, chown, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Harness, rejection, type ExecResult } from "./helpers.js";
+import { docker, Harness, rejection, type ExecResult } from "./helpers.js";
 
 const SECRET = `tack-secret-${randomBytes(4).toString("hex")}`;
 const exists = (path: string) => access(path).then(() => true, () => false);
@@ -20,6 +20,9 @@ describe.each(["runc", "runsc"] as const)("sandbox escape suite under %s", (runt
   const id = randomBytes(4).toString("hex");
   const sh = (script: string, options: { session?: string; timeoutMs?: number; maxOutputBytes?: number } = {}): Promise<ExecResult> =>
     h.exec(options.session ?? "rw", ["bash", "-c", script], { timeoutMs: options.timeoutMs, maxOutputBytes: options.maxOutputBytes });
+
+  // The agent's channel still works: a later command runs and reports its output.
+  const agentAnswers = async (session = "rw") => expect((await h.exec(session, ["echo", "alive"])).stdout).toBe("alive\n");
 
   beforeAll(async () => {
     // A variable of the service's process, and a file on the host outside every workspace, that no sandbox may see.
@@ -106,12 +109,16 @@ describe.each(["runc", "runsc"] as const)("sandbox escape suite under %s", (runt
     expect((await sh("echo x > /proc/1/root/etc/tack-x")).exitCode).not.toBe(0);
   });
 
-  it("escape - /proc/1 is the container's init and carries no harness environment", async () => {
-    const cmdline = (await sh("tr '\\0' ' ' < /proc/1/cmdline")).stdout;
-    expect(cmdline).toMatch(/init/);
-    const environ = (await sh("tr '\\0' '\\n' < /proc/1/environ")).stdout;
-    expect(environ).not.toContain(SECRET);
-    expect(environ).not.toMatch(/NATS|TACK_|DOCKER/);
+  it("escape - /proc/1 is the exec agent itself, with no init in front of it and no environment to read", async () => {
+    // The agent's command line is readable by all, as always; the environment it carries there is every command's own.
+    expect((await sh("tr '\\0' ' ' < /proc/1/cmdline")).stdout).toMatch(/^\S*python3 -I -S -B \/opt\/tack\/agent\.py --env /);
+    expect((await h.processes("rw")).processes.map((p) => p.command).join("\n")).not.toMatch(/init/);
+    const environ = await sh("tr '\\0' '\\n' < /proc/1/environ");
+    expect(environ.stdout).toBe("");
+    // runc: not dumpable, so root's file. gVisor (2022) ignores dumpable for environ: readable, but the agent re-executed itself with none.
+    if (!gvisor) expect(environ.stderr).toContain("Permission denied");
+    else expect((await h.exec("rw", py("print(len(open('/proc/1/environ', 'rb').read()))"))).stdout).toBe("0\n");
+    await agentAnswers();
   });
 
   it("escape - only the sandbox's own processes are visible", async () => {
@@ -120,37 +127,154 @@ describe.each(["runc", "runsc"] as const)("sandbox escape suite under %s", (runt
     expect(processes.join(" ")).not.toMatch(/dockerd|containerd|nats-server|node|vitest|systemd/);
   });
 
-  it("escape - the exec agent's memory is out of the commands' reach, and under runc its channel and environment too", async () => {
-    // The agent (every command's parent) is not dumpable, so its /proc entries belong to root.
-    expect((await sh("head -c 1 /proc/$PPID/mem")).stderr).toContain("Permission denied");
-    const environ = await sh("tr '\\0' '\\n' < /proc/$PPID/environ");
-    if (!gvisor) {
-      expect(environ.stderr).toContain("Permission denied");
-      expect((await sh("ls /proc/$PPID/fd")).stderr).toContain("Permission denied");
-      expect((await sh("echo x > /proc/$PPID/fd/1")).stderr).toContain("Permission denied");
-    } else {
-      // gVisor (2022) does not apply dumpable to environ and fd: the agent's environment is the container's, nothing more.
-      expect(environ.stdout.trim().split("\n").map((line) => line.split("=")[0]).sort()).toEqual(["HOME", "HOSTNAME", "LANG", "PATH"]);
-    }
+  it("escape - ptrace of PID 1, the exec agent, fails; so do process_vm_readv and pidfd_getfd", async () => {
+    const attempts = await h.exec("rw", py(`import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def attempt(name, result):
+    print(name, result, ctypes.get_errno() if result < 0 else 0)
+assert os.getppid() == 1
+attempt("attach", libc.ptrace(16, 1, 0, 0))  # PTRACE_ATTACH
+attempt("seize", libc.ptrace(0x4206, 1, 0, 0))  # PTRACE_SEIZE
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(16)
+local, remote = iovec(ctypes.cast(buf, ctypes.c_void_p), 16), iovec(0x400000, 16)
+attempt("vm_readv", libc.syscall(310, 1, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0))
+pidfd = libc.syscall(434, 1, 0)  # pidfd_open
+attempt("getfd", libc.syscall(438, pidfd, 1, 0) if pidfd >= 0 else pidfd)  # pidfd_getfd of the channel`));
+    expect(attempts.stderr).toBe("");
+    // EPERM: the agent is not dumpable and no process here has CAP_SYS_PTRACE. gVisor (2022) lacks the last two calls (ENOSYS).
+    expect(attempts.stdout).toBe(gvisor ? "attach -1 1\nseize -1 1\nvm_readv -1 38\ngetfd -1 38\n" : "attach -1 1\nseize -1 1\nvm_readv -1 1\ngetfd -1 1\n");
+    await agentAnswers();
   });
 
-  it("escape - a command writing into the agent's channel cannot forge results: it is refused, or it ends the channel", async () => {
-    const forged = h.exec("victim", ["bash", "-c", "printf '\\377\\377\\377\\377\\0\\0\\0\\0{}' > /proc/$PPID/fd/1"]);
-    if (!gvisor) {
-      expect((await forged).stderr).toContain("Permission denied");
-    } else {
-      // gVisor lets the command reach the channel; the service takes the malformed frame as the end of it.
-      const error = await rejection(forged);
-      expect(error.code).toBe("sandbox.agent_lost");
-      expect(error.message).toContain("announced a 4294967295-byte frame");
-      await h.ensure({ sessionId: "victim", workspace: victimWorkspace });
+  it("escape - the agent's channel cannot be opened through /proc/1/fd, for reading or writing", async () => {
+    const attempts = await h.exec("rw", py(`import os
+for path, flags in [("/proc/1/fd/0", os.O_RDONLY), ("/proc/1/fd/1", os.O_RDONLY), ("/proc/1/fd/1", os.O_WRONLY), ("/proc/1/fd/0", os.O_WRONLY),
+                    ("/proc/1/fd/2", os.O_WRONLY), ("/proc/1/task/1/fd/1", os.O_WRONLY)]:
+    try:
+        os.close(os.open(path, flags | os.O_NONBLOCK))
+        print(path, flags, "opened")
+    except OSError as error:
+        print(path, flags, error.strerror)`));
+    const lines = attempts.stdout.trim().split("\n");
+    expect(lines).toHaveLength(6);
+    for (const line of lines) expect(line).toMatch(/ (Permission denied|Operation not permitted)$/);
+    // The same through the shell: reading the agent's requests, writing into its replies.
+    const read = await sh("timeout 2 cat /proc/1/fd/0");
+    expect(read.stdout).toBe("");
+    expect(read.stderr).toContain("Permission denied");
+    for (const fd of [1, 2]) {
+      const write = await sh(`printf '\\0\\0\\0\\2\\0\\0\\0\\0{}' > /proc/1/fd/${fd}`);
+      expect(write.exitCode, `fd ${fd}`).not.toBe(0);
+      expect(write.stderr, `fd ${fd}`).toContain("Permission denied");
     }
-    expect((await h.exec("victim", ["echo", "fine"])).stdout).toBe("fine\n");
+    await agentAnswers();
   });
 
-  it("escape - ptrace of the exec agent is denied", async () => {
-    const attach = await h.exec("rw", py("import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); print(libc.ptrace(16, os.getppid(), 0, 0), ctypes.get_errno())"));
-    expect(attach.stdout).toBe("-1 1\n"); // EPERM
+  it("escape - giving the channel's pipes their mode back does not open them either", async () => {
+    const attempt = await h.exec("victim", py(`import os
+try:
+    os.chmod("/proc/1/fd/1", 0o666)
+    print("chmod done")
+except OSError as error:
+    print("chmod", error.strerror)
+try:
+    os.close(os.open("/proc/1/fd/1", os.O_WRONLY | os.O_NONBLOCK))
+    print("opened")
+except OSError as error:
+    print("open", error.strerror)`));
+    if (!gvisor) {
+      // runc: /proc/1/fd is root's (the agent is not dumpable), so the pipe cannot even be named.
+      expect(attempt.stdout).toBe("chmod Permission denied\nopen Permission denied\n");
+    } else {
+      // gVisor (2022): /proc/1/fd ignores dumpable and the pipe belongs to the container's user, so the mode can be changed;
+      // but gVisor then refuses to open it again at all. Pinned: a runsc that changes this must fail here.
+      expect(attempt.stdout).toBe("chmod done\nopen Operation not permitted\n");
+    }
+    await agentAnswers("victim");
+  });
+
+  it("escape - the agent's memory and environment cannot be read through /proc/1", async () => {
+    for (const path of ["/proc/1/mem", `/proc/1/task/1/mem`]) {
+      const result = await sh(`head -c 1 ${path}`);
+      expect(result.exitCode, path).not.toBe(0);
+      expect(result.stderr, path).toContain("Permission denied");
+    }
+    const environ = await h.exec("rw", py("import sys; sys.stdout.write(repr(open('/proc/1/environ', 'rb').read()))"));
+    if (!gvisor) expect(environ.stderr).toContain("PermissionError");
+    else expect(environ.stdout).toBe("b''");
+    expect(environ.stdout).not.toContain(SECRET);
+    await agentAnswers();
+  });
+
+  it("escape - a command writing into the agent's channel cannot forge results", async () => {
+    // Before, under gVisor, this reached the channel and the service had to end it as malformed.
+    const forged = await h.exec("rw", ["bash", "-c", "printf '\\377\\377\\377\\377\\0\\0\\0\\0{}' > /proc/$PPID/fd/1"]);
+    expect(forged.stderr).toContain("Permission denied");
+    expect((await h.exec("rw", ["echo", "fine"])).stdout).toBe("fine\n");
+  });
+
+  it("escape - a process calling itself agent.py is listed like any other; only the agent's own pid is left out", async () => {
+    // Three impostors, orphaned to PID 1: a script named agent.py run the way the agent is (what the loop's old name filter
+    // skipped), argv[0] set to the agent's path, and a program whose exec name is agent.py (through a link: /tmp is noexec).
+    const started = await sh(`mkdir -p /tmp/impostor/bin && printf 'import time\\ntime.sleep(300)\\n' > /tmp/impostor/agent.py && ln -s /bin/sleep /tmp/impostor/bin/agent.py
+python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
+(exec -a /opt/tack/agent.py sleep 301) >/dev/null 2>&1 & echo $!
+/tmp/impostor/bin/agent.py 302 >/dev/null 2>&1 & echo $!`);
+    const [script, renamed, binary] = started.stdout.trim().split("\n").map(Number) as [number, number, number];
+    const pids = [script, renamed, binary];
+    expect(pids.every(Number.isInteger)).toBe(true);
+    // Until each has executed (its command line is the shell's before that).
+    let listed: Array<{ pid: number; ppid: number; command: string }> = [];
+    for (let attempt = 0; attempt < 50; attempt++) {
+      listed = (await h.processes("rw", "workspace-write")).processes;
+      if (listed.filter((p) => pids.includes(p.pid) && /agent\.py/.test(p.command)).length === 3) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(listed.filter((p) => pids.includes(p.pid)).map(({ pid, ppid, command }) => ({ pid, ppid, command }))).toEqual([
+      { pid: script, ppid: 1, command: "python3 -I -S -B /tmp/impostor/agent.py" },
+      { pid: renamed, ppid: 1, command: "/opt/tack/agent.py 301" },
+      { pid: binary, ppid: 1, command: "/tmp/impostor/bin/agent.py 302" },
+    ].sort((a, b) => a.pid - b.pid));
+    expect((await h.exec("rw", ["cat", `/proc/${binary}/comm`])).stdout).toBe("agent.py\n");
+    // The agent itself is never listed, whatever it is called.
+    expect(listed.map((p) => p.pid)).not.toContain(1);
+    await sh(`kill ${pids.join(" ")}`);
+    await expect.poll(async () => (await h.processes("rw")).processes.filter((p) => pids.includes(p.pid)), { timeout: 5000 }).toEqual([]);
+    await agentAnswers();
+  });
+
+  it("abuse - the agent reaps orphans and zombies without taking its commands' exit codes", async () => {
+    // Each command leaves an orphan that ends a moment later: re-parented to PID 1, reaped by the agent while it waits
+    // for the other commands' statuses.
+    const codes = await Promise.all(Array.from({ length: 16 }, (_, i) => h.exec("rw", ["bash", "-c", `(sleep 0.${i % 3} &); (true &); exit ${i}`])));
+    expect(codes.map((result) => result.exitCode)).toEqual(Array.from({ length: 16 }, (_, i) => i));
+    // A zombie whose parent does not wait is not a live process: the listing leaves it out, ps shows it.
+    const parent = Number((await sh("python3 -c 'import os, time\nif os.fork() == 0: os._exit(0)\ntime.sleep(300)' >/dev/null 2>&1 & echo $!")).stdout.trim());
+    await expect.poll(async () => (await sh(`ps -o stat= --ppid ${parent}`)).stdout.trim(), { timeout: 5000 }).toBe("Z");
+    const listed = (await h.processes("rw")).processes;
+    expect(listed.map((p) => p.pid)).toContain(parent);
+    expect(listed.filter((p) => p.ppid === parent)).toEqual([]);
+    // Once its parent is gone the zombie is the agent's, and the agent reaps it: none is left anywhere.
+    await sh(`kill ${parent}`);
+    await expect.poll(async () => (await sh("ps -e -o stat=")).stdout.split("\n").filter((stat) => stat.startsWith("Z")), { timeout: 5000 }).toEqual([]);
+    expect((await h.processes("rw")).processes.filter((p) => p.state === "Z")).toEqual([]);
+    await agentAnswers();
+  });
+
+  it("abuse - signals from commands cannot end the agent under runc; under gVisor they end the sandbox, which ensure restarts", async () => {
+    const signals = "kill -KILL 1; kill -TERM 1; kill -INT 1; kill -HUP 1; kill -USR1 1; kill -STOP 1; echo sent";
+    if (!gvisor) {
+      // The kernel drops every signal sent to a PID namespace's init from inside it unless the init handles it.
+      expect((await sh(signals, { session: "victim" })).stdout).toBe("sent\n");
+    } else {
+      // gVisor (2022) does not shield the init: the agent dies and its sandbox with it (no channel is reached).
+      expect((await rejection(sh(signals, { session: "victim" }))).code).toBe("sandbox.agent_lost");
+      expect(await h.ensure({ sessionId: "victim", workspace: victimWorkspace })).toMatchObject({ created: false });
+    }
+    await agentAnswers("victim");
   });
 
   it("escape - no network in a no-network mode: the host's NATS on loopback is not reachable", async () => {
@@ -188,7 +312,8 @@ describe.each(["runc", "runsc"] as const)("sandbox escape suite under %s", (runt
     // The limit is in force in the host's pids cgroup of the container.
     const [victim] = await h.containerIds("victim");
     expect(Number(await readFile(`/sys/fs/cgroup/pids/docker/${victim}/pids.max`, "utf8"))).toBe(gvisor ? 2048 : 256);
-    const bomb = sh("for i in $(seq 600); do sleep 30 & done; wait", { session: "victim", timeoutMs: 5000 });
+    // 10 s: on a loaded machine bash takes seconds to reach the limit.
+    const bomb = sh("for i in $(seq 600); do sleep 30 & done; wait", { session: "victim", timeoutMs: 10_000 });
     if (!gvisor) {
       // runc: forks fail once 256 processes run; the timeout kills the whole group and the sandbox carries on.
       const result = await bomb;
@@ -275,12 +400,13 @@ describe.each(["runc", "runsc"] as const)("sandbox escape suite under %s", (runt
     expect(env.trim().split("\n").map((line) => line.split("=")[0]).sort()).toEqual(["HOME", "HOSTNAME", "LANG", "PATH"]);
   });
 
-  it("abuse - killing the exec agent ends the session's commands cleanly, and ensure brings the sandbox back", async () => {
-    const running = h.exec("victim", ["sleep", "30"]);
+  it("abuse - an exec agent killed from outside ends the session's commands cleanly, and ensure brings the sandbox back", async () => {
+    const running = [h.exec("victim", ["sleep", "30"]), h.exec("victim", ["sleep", "31"])];
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const killer = rejection(h.exec("victim", ["bash", "-c", "kill -9 $PPID"]));
-    const [sleeper, killed] = await Promise.all([rejection(running), killer]);
-    for (const error of [sleeper, killed]) {
+    // Commands cannot kill it (see above), so the host does: SIGKILL to PID 1 stops the container.
+    const [victim] = await h.containerIds("victim");
+    await docker.getContainer(victim!).kill();
+    for (const error of await Promise.all(running.map((command) => rejection(command)))) {
       expect(error.code).toBe("sandbox.agent_lost");
       expect(error.message).toContain("the command's result is lost");
     }
@@ -309,10 +435,16 @@ describe.each(["runc", "runsc"] as const)("sandbox escape suite under %s", (runt
     expect((await sh("echo x > /tmp/ok && echo y > $HOME/ok && cat /tmp/ok $HOME/ok")).stdout).toBe("x\ny\n");
   });
 
-  it("escape - the agent's code cannot be replaced", async () => {
-    const result = await sh("echo 'print(1)' > /opt/tack/agent.py");
-    expect(result.exitCode).not.toBe(0);
-    expect(result.stderr).toMatch(/Read-only file system|Permission denied/);
+  it("escape - the agent's code cannot be replaced: a read-only mount of root's files", async () => {
+    for (const script of ["echo 'print(1)' > /opt/tack/agent.py", "chmod 666 /opt/tack/agent.py", "mv /opt/tack/agent.py /opt/tack/x", "touch /opt/tack/y"]) {
+      const result = await sh(script);
+      expect(result.exitCode, script).not.toBe(0);
+      expect(result.stderr, script).toMatch(/Read-only file system|Permission denied|Operation not permitted/);
+    }
+    // (Python's stat: gVisor 2022 fails coreutils' statx with EINVAL.)
+    const owners = await h.exec("rw", py("import os\nfor path in ('/opt/tack', '/opt/tack/agent.py'):\n    s = os.stat(path)\n    print(s.st_uid, s.st_gid, oct(s.st_mode))"));
+    expect(owners.stdout).toBe("0 0 0o40755\n0 0 0o100444\n");
+    expect((await h.exec("rw", py("import os; print(os.listdir('/opt/tack'))"))).stdout).toBe("['agent.py']\n");
   });
 
   it("escape - mount and umount are denied", async () => {

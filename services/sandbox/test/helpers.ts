@@ -11,6 +11,8 @@ import {
   EnsureSandboxResponse,
   ExecRequest,
   ExecResponse,
+  ListProcessesRequest,
+  ListProcessesResponse,
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
 } from "@tack/proto";
@@ -80,6 +82,11 @@ export class Harness {
     };
     const response = await this.bus.request(this.bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs: 120_000 });
     return { ...response, stdout: Buffer.from(response.stdout).toString(), stderr: Buffer.from(response.stderr).toString() };
+  }
+
+  /** The processes the sandbox service lists for the session's container of `mode` (its first one when empty). */
+  processes(sessionId: string, mode = ""): Promise<ListProcessesResponse> {
+    return this.bus.request(this.bus.names.sandboxProcesses, ListProcessesRequest, { sessionId, mode }, ListProcessesResponse, { timeoutMs: 30_000 });
   }
 
   release(sessionId: string): Promise<ReleaseSandboxResponse> {

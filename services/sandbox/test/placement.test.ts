@@ -72,6 +72,17 @@ describe("sandbox placement across replicas", () => {
     // The queue group spreads requests over both replicas; b sent its share on to the owner.
     expect(forwarded).toBeGreaterThan(0);
     for (let i = 0; i < 6; i++) expect(await h.ensure({ sessionId: "s1", workspace })).toMatchObject({ containerId: ensured.containerId, created: false });
+
+    // Process listings are forwarded the same way: whichever replica takes the request, a's agent lists.
+    let listingsForwarded = 0;
+    const watchListings = h.bus.nc.subscribe(replicaSubject(namespace, "a", "processes"), { callback: () => void (listingsForwarded += 1) });
+    await h.bus.nc.flush();
+    await h.exec("s1", ["bash", "-c", "sleep 61 >/dev/null 2>&1 &"]);
+    const listings = await Promise.all(Array.from({ length: 12 }, () => h.processes("s1")));
+    watchListings.unsubscribe();
+    for (const listing of listings) expect(listing.processes.map((p) => p.command)).toContain("sleep 61");
+    expect(listingsForwarded).toBeGreaterThan(0);
+    await h.exec("s1", ["pkill", "-x", "sleep"]);
   });
 
   it("placement - a dead replica's containers, pool slots and records are removed by a live one, and its sessions start again there", async () => {

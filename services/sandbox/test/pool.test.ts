@@ -77,8 +77,12 @@ describe("sandbox warm pool", () => {
   it("pool - a claimed container whose agent died comes back with its workspace on the next ensure", async () => {
     const workspace = await h.workspace();
     await writeFile(join(workspace, "kept.txt"), "kept\n");
-    await h.ensure({ sessionId: "p-restart", workspace });
-    await expect(h.exec("p-restart", ["bash", "-c", "kill -9 $PPID"])).rejects.toMatchObject({ code: "sandbox.agent_lost" });
+    const { containerId } = await h.ensure({ sessionId: "p-restart", workspace });
+    // Killed from outside: the agent is PID 1, whose signals from commands the kernel drops.
+    const running = h.exec("p-restart", ["sleep", "30"]);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await docker.getContainer(containerId).kill();
+    await expect(running).rejects.toMatchObject({ code: "sandbox.agent_lost" });
     expect(await h.ensure({ sessionId: "p-restart", workspace })).toMatchObject({ created: false });
     expect((await h.exec("p-restart", ["cat", "kept.txt"])).stdout).toBe("kept\n");
   });

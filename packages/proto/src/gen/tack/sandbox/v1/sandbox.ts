@@ -66,6 +66,34 @@ export interface ReleaseSandboxResponse {
   removed: boolean;
 }
 
+/** ListProcessesRequest lists the live processes of the session's container of one mode (`<ns>.sandbox.processes`). */
+export interface ListProcessesRequest {
+  sessionId: string;
+  /** Mode of the container to list; empty = the session's earliest container, as for exec. */
+  mode: string;
+}
+
+/** SandboxProcess is one live process of a sandbox container, as the container's exec agent read it from /proc. */
+export interface SandboxProcess {
+  /** Pid inside the container: what `kill` in a command of that container takes. */
+  pid: number;
+  ppid: number;
+  /**
+   * The command line, arguments joined by spaces, cut at 1024 characters; a process without one shows its name in brackets.
+   * Chosen by the process itself: it says nothing about what the process is.
+   */
+  command: string;
+  /** One-letter state from /proc/<pid>/stat (R running, S sleeping, D disk wait, T stopped, ...). */
+  state: string;
+}
+
+export interface ListProcessesResponse {
+  /** Every live process but the exec agent itself (told apart by pid, never by command line), by pid; zombies are left out. */
+  processes: SandboxProcess[];
+  /** True when the container ran more processes than one listing carries (512). */
+  truncated: boolean;
+}
+
 function createBaseEnsureSandboxRequest(): EnsureSandboxRequest {
   return { sessionId: "", tenant: "", workspace: "", mode: "" };
 }
@@ -789,6 +817,299 @@ export const ReleaseSandboxResponse: MessageFns<ReleaseSandboxResponse> = {
   fromPartial<I extends Exact<DeepPartial<ReleaseSandboxResponse>, I>>(object: I): ReleaseSandboxResponse {
     const message = createBaseReleaseSandboxResponse();
     message.removed = object.removed ?? false;
+    return message;
+  },
+};
+
+function createBaseListProcessesRequest(): ListProcessesRequest {
+  return { sessionId: "", mode: "" };
+}
+
+export const ListProcessesRequest: MessageFns<ListProcessesRequest> = {
+  encode(message: ListProcessesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.mode !== "") {
+      writer.uint32(18).string(message.mode);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListProcessesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListProcessesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListProcessesRequest {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+    };
+  },
+
+  toJSON(message: ListProcessesRequest): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.mode !== "") {
+      obj.mode = message.mode;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListProcessesRequest>, I>>(base?: I): ListProcessesRequest {
+    return ListProcessesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListProcessesRequest>, I>>(object: I): ListProcessesRequest {
+    const message = createBaseListProcessesRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.mode = object.mode ?? "";
+    return message;
+  },
+};
+
+function createBaseSandboxProcess(): SandboxProcess {
+  return { pid: 0, ppid: 0, command: "", state: "" };
+}
+
+export const SandboxProcess: MessageFns<SandboxProcess> = {
+  encode(message: SandboxProcess, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.pid !== 0) {
+      writer.uint32(8).uint32(message.pid);
+    }
+    if (message.ppid !== 0) {
+      writer.uint32(16).uint32(message.ppid);
+    }
+    if (message.command !== "") {
+      writer.uint32(26).string(message.command);
+    }
+    if (message.state !== "") {
+      writer.uint32(34).string(message.state);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SandboxProcess {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSandboxProcess();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.pid = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.ppid = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.command = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.state = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SandboxProcess {
+    return {
+      pid: isSet(object.pid) ? globalThis.Number(object.pid) : 0,
+      ppid: isSet(object.ppid) ? globalThis.Number(object.ppid) : 0,
+      command: isSet(object.command) ? globalThis.String(object.command) : "",
+      state: isSet(object.state) ? globalThis.String(object.state) : "",
+    };
+  },
+
+  toJSON(message: SandboxProcess): unknown {
+    const obj: any = {};
+    if (message.pid !== 0) {
+      obj.pid = Math.round(message.pid);
+    }
+    if (message.ppid !== 0) {
+      obj.ppid = Math.round(message.ppid);
+    }
+    if (message.command !== "") {
+      obj.command = message.command;
+    }
+    if (message.state !== "") {
+      obj.state = message.state;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SandboxProcess>, I>>(base?: I): SandboxProcess {
+    return SandboxProcess.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SandboxProcess>, I>>(object: I): SandboxProcess {
+    const message = createBaseSandboxProcess();
+    message.pid = object.pid ?? 0;
+    message.ppid = object.ppid ?? 0;
+    message.command = object.command ?? "";
+    message.state = object.state ?? "";
+    return message;
+  },
+};
+
+function createBaseListProcessesResponse(): ListProcessesResponse {
+  return { processes: [], truncated: false };
+}
+
+export const ListProcessesResponse: MessageFns<ListProcessesResponse> = {
+  encode(message: ListProcessesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.processes) {
+      SandboxProcess.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.truncated !== false) {
+      writer.uint32(16).bool(message.truncated);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListProcessesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListProcessesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.processes.push(SandboxProcess.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.truncated = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListProcessesResponse {
+    return {
+      processes: globalThis.Array.isArray(object?.processes)
+        ? object.processes.map((e: any) => SandboxProcess.fromJSON(e))
+        : [],
+      truncated: isSet(object.truncated) ? globalThis.Boolean(object.truncated) : false,
+    };
+  },
+
+  toJSON(message: ListProcessesResponse): unknown {
+    const obj: any = {};
+    if (message.processes?.length) {
+      obj.processes = message.processes.map((e) => SandboxProcess.toJSON(e));
+    }
+    if (message.truncated !== false) {
+      obj.truncated = message.truncated;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListProcessesResponse>, I>>(base?: I): ListProcessesResponse {
+    return ListProcessesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListProcessesResponse>, I>>(object: I): ListProcessesResponse {
+    const message = createBaseListProcessesResponse();
+    message.processes = object.processes?.map((e) => SandboxProcess.fromPartial(e)) || [];
+    message.truncated = object.truncated ?? false;
     return message;
   },
 };
