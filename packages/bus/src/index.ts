@@ -1,5 +1,5 @@
 // The bus: typed protobuf request/reply over NATS, subjects and trace propagation.
-export { Bus, ERROR_HEADER, MAX_BUS_PAYLOAD, type BusOptions, type Codec, type RequestContext } from "./bus.js";
+export { Bus, ERROR_HEADER, inboxPrefix, MAX_BUS_PAYLOAD, type BusAuth, type BusCredentials, type BusOptions, type BusTls, type Codec, type RequestContext } from "./bus.js";
 export { TackError } from "./errors.js";
 export { assertToken, names, type Names } from "./subjects.js";
 export { extractTrace, injectTrace, inSpan } from "./trace.js";

@@ -33,7 +33,8 @@ export async function requestStream<Req, Res>(
     throw new TackError("bus.payload_too_large", `request for ${subject} is ${payload.length} bytes, over the ${MAX_BUS_PAYLOAD}-byte bus limit`);
   }
   await inSpan(`request ${subject}`, { "messaging.destination": subject }, async () => {
-    const inbox = createInbox();
+    // Under the connection's own prefix: a NATS user may subscribe only to its own inboxes.
+    const inbox = createInbox(bus.inboxPrefix);
     const sub = bus.nc.subscribe(inbox);
     let timer: NodeJS.Timeout | undefined;
     const idle = () => {

@@ -3,11 +3,13 @@ import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { assertToken, Bus, TackError } from "@tack/bus";
+import { assertToken, Bus, TackError, type BusAuth } from "@tack/bus";
+import type { BusUser } from "@tack/config";
 import {
   CompleteRequest, CompleteStreamMessage, ListToolsRequest, ListToolsResponse, ReleaseSandboxRequest, ReleaseSandboxResponse,
   SubmitMessageRequest, SubmitMessageResponse,
 } from "@tack/proto";
+import type { LocalBusCredentials } from "./bus-credentials.js";
 import { describeExit, spawnChild, type Child, type ChildExit } from "./child.js";
 import { freePort, startNatsServer, type LocalNats } from "./nats-server.js";
 import { repoRoot } from "./paths.js";
@@ -20,10 +22,15 @@ export type ServiceName = (typeof SERVICES)[number];
 
 /** What to start and where; only `dataDir` is required. */
 export interface LaunchOptions {
-  /** Holds `logs/<service>.log`, the gateway database and, without `natsUrl`, the local NATS store. */
+  /** Holds `logs/<service>.log`, the gateway database and, without `natsUrl`, the local NATS store (`nats/`) and its users (`bus/`). */
   dataDir: string;
-  /** NATS to use; when absent, `nats-server -js` from PATH is started on a free port and stopped by `stop()`. */
+  /**
+   * NATS to use; when absent, `nats-server -js` from PATH is started on a free port and stopped
+   * by `stop()`, admitting only the per-service users whose credentials are kept in `<dataDir>/bus/`.
+   */
   natsUrl?: string;
+  /** How the launcher itself authenticates to a given `natsUrl` (services read theirs from `env`); ignored without `natsUrl`. */
+  natsAuth?: BusAuth;
   /** Subject namespace of this deployment (default `tack`); tests use a unique one. */
   namespace?: string;
   /** The gateway's API key (default: a random one, returned in the handle). */
@@ -48,6 +55,10 @@ export interface Launched {
   readonly apiKey: string;
   readonly namespace: string;
   readonly natsUrl: string;
+  /** How the launcher reaches NATS: `admin`'s credentials for a nats-server it started, else `options.natsAuth`. */
+  readonly natsAuth: BusAuth;
+  /** Each bus user's credentials file when the launcher started nats-server (each service gets only its own); else undefined. */
+  readonly busCredentials: Readonly<Record<BusUser, string>> | undefined;
   readonly dataDir: string;
   /** Stops every service (SIGTERM, SIGKILL after 5 s), then the local nats-server if one was started. Idempotent. */
   stop(): Promise<void>;
@@ -83,14 +94,23 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
   const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
   let nats: LocalNats | undefined;
   let natsUrl = options.natsUrl;
+  let natsAuth: BusAuth = options.natsAuth ?? {};
+  // Only for a nats-server started here: one user per service, so each child gets its own credentials.
+  let local: LocalBusCredentials | undefined;
   if (!natsUrl) {
     progress("starting nats-server");
-    nats = await startNatsServer({ dataDir, logDir, timeoutMs: compiled.readyTimeoutMs });
+    // Loaded only here: `tack run` and `tack events` start faster without the configuration package.
+    const { ensureBusCredentials, writeNatsServerConfig } = await import("./bus-credentials.js");
+    const busDir = join(dataDir, "bus");
+    local = await ensureBusCredentials(busDir);
+    const configFile = await writeNatsServerConfig(busDir, join(dataDir, "nats"), namespace, local);
+    nats = await startNatsServer({ dataDir, logDir, timeoutMs: compiled.readyTimeoutMs, configFile });
     natsUrl = nats.url;
+    natsAuth = { credentials: local.credentials.admin };
   }
   let bus: Bus;
   try {
-    bus = await Bus.connect({ url: natsUrl, namespace, name: "tack-launcher" });
+    bus = await Bus.connect({ url: natsUrl, namespace, name: "tack-launcher", ...natsAuth });
   } catch (error) {
     await nats?.child.stop(STOP_GRACE_MS);
     throw error;
@@ -106,6 +126,13 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     // A local run removes its sandbox containers when it stops.
     TACK_SANDBOX_REMOVE_ON_STOP: "1",
     ...options.env,
+  };
+  // A child of a local nats-server gets its own credentials file and nothing inherited that could override it.
+  const serviceEnv = (service: ServiceName): NodeJS.ProcessEnv => {
+    if (!local) return env;
+    const own: NodeJS.ProcessEnv = { ...env, TACK_NATS_CREDENTIALS: local.files[service] };
+    for (const variable of ["TACK_NATS_USER", "TACK_NATS_PASSWORD", "TACK_NATS_TLS_CA", "TACK_NATS_TLS_CERT", "TACK_NATS_TLS_KEY"]) delete own[variable];
+    return own;
   };
 
   const running = new Map<ServiceName, Child>();
@@ -135,7 +162,7 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
 
   const spawnService = (service: ServiceName): Child => {
     const child = spawnChild(service, process.execPath, ["--import", "tsx", join("services", service, "src", "main.ts")], {
-      cwd: repoRoot, env, logFile: logFile(service),
+      cwd: repoRoot, env: serviceEnv(service), logFile: logFile(service),
     });
     running.set(service, child);
     void child.exited.then((exit) => {
@@ -195,7 +222,7 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
   }
 
   return {
-    gatewayUrl, apiKey, namespace, natsUrl, dataDir, stop,
+    gatewayUrl, apiKey, namespace, natsUrl, natsAuth, busCredentials: local?.files, dataDir, stop,
     kill: async (service, signal = "SIGKILL") => {
       const child = running.get(service);
       if (!child) return;

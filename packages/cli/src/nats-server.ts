@@ -17,13 +17,15 @@ const HOST = "127.0.0.1";
  * Starts `nats-server -js` from PATH on a free local port with its store under
  * `<dataDir>/nats` and its output in `<logDir>/nats-server.log`; resolves once it accepts
  * connections. Retries with another port when the chosen one was taken in the meantime.
+ * With `configFile` (JetStream with its store in `<dataDir>/nats`, users and permissions: see
+ * bus-credentials.ts) it runs `-c configFile` instead of `-js -sd`; the address is always given here.
  */
-export async function startNatsServer(options: { dataDir: string; logDir: string; timeoutMs: number }): Promise<LocalNats> {
+export async function startNatsServer(options: { dataDir: string; logDir: string; timeoutMs: number; configFile?: string }): Promise<LocalNats> {
   const storeDir = join(options.dataDir, "nats");
   await mkdir(storeDir, { recursive: true, mode: 0o700 });
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
-    const child = spawnChild("nats-server", "nats-server", ["-js", "-a", HOST, "-p", String(port), "-sd", storeDir], {
+    const child = spawnChild("nats-server", "nats-server", [...(options.configFile ? ["-c", options.configFile] : ["-js", "-sd", storeDir]), "-a", HOST, "-p", String(port)], {
       cwd: options.dataDir,
       env: process.env,
       logFile: join(options.logDir, "nats-server.log"),

@@ -21,7 +21,9 @@ describe("launcher", () => {
     try {
       expect(tack.natsUrl).toMatch(/^nats:\/\/127\.0\.0\.1:\d+$/);
       expect(tack.natsUrl).not.toBe(SHARED_NATS);
-      const bus = await Bus.connect({ url: tack.natsUrl, namespace: tack.namespace, name: "launcher-test" });
+      // It admits only the generated users; the launcher's own (admin) credentials come with the handle.
+      await expect(Bus.connect({ url: tack.natsUrl, namespace: tack.namespace, name: "launcher-test" })).rejects.toMatchObject({ code: "bus.unauthorized" });
+      const bus = await Bus.connect({ url: tack.natsUrl, namespace: tack.namespace, name: "launcher-test", ...tack.natsAuth });
       try {
         const jsm = await jetstreamManager(bus.nc);
         await jsm.streams.add({ name: "LAUNCHER_TEST", subjects: ["launcher.test"] });
@@ -57,6 +59,7 @@ describe("launcher", () => {
     const tack = await launch({ dataDir, natsUrl: SHARED_NATS, namespace: namespace(), services: [], apiKey: "k1" });
     await tack.stop();
     expect(tack.natsUrl).toBe(SHARED_NATS);
+    expect(tack.busCredentials).toBeUndefined();
     expect(tack.apiKey).toBe("k1");
     expect(tack.gatewayUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(existsSync(join(dataDir, "logs", "nats-server.log"))).toBe(false);

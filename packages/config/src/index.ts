@@ -1,5 +1,7 @@
 // Configuration shared by every component: validated and defaulted once at the boundary.
+import type { BusAuth } from "@tack/bus";
 import { z } from "zod";
+import { busAuthFromEnv } from "./bus-credentials.js";
 
 const Env = z.object({
   NATS_URL: z.string().url({ message: "NATS_URL must be a URL like nats://127.0.0.1:4222" }).default("nats://127.0.0.1:4222"),
@@ -14,6 +16,8 @@ export interface CommonConfig {
   readonly natsUrl: string;
   readonly namespace: string;
   readonly tenant: string;
+  /** Who this process is on NATS (TACK_NATS_CREDENTIALS or TACK_NATS_USER/TACK_NATS_PASSWORD) and its TLS files (TACK_NATS_TLS_*); pass to `Bus.connect`. */
+  readonly natsAuth: BusAuth;
 }
 
 /** Raised for invalid configuration; the message names the variable and the fix. */
@@ -29,7 +33,7 @@ export class ConfigError extends Error {
 export function commonConfig(env: NodeJS.ProcessEnv = process.env): CommonConfig {
   const parsed = Env.safeParse({ NATS_URL: env.NATS_URL || undefined, TACK_NAMESPACE: env.TACK_NAMESPACE || undefined, TACK_TENANT: env.TACK_TENANT || undefined });
   if (!parsed.success) throw new ConfigError(parsed.error.issues.map((i) => i.message).join("; "));
-  return { natsUrl: parsed.data.NATS_URL, namespace: parsed.data.TACK_NAMESPACE, tenant: parsed.data.TACK_TENANT };
+  return { natsUrl: parsed.data.NATS_URL, namespace: parsed.data.TACK_NAMESPACE, tenant: parsed.data.TACK_TENANT, natsAuth: busAuthFromEnv(env) };
 }
 
 /** Runs a service's main: prints a one-line error (no stack) and exits 1 on start-up failure. */
@@ -54,3 +58,5 @@ export async function runMain(name: string, start: () => Promise<{ stop(): Promi
 
 export { ALLOWED_FROM, DENIABLE_BY_TOOL, isSandboxMode, modeRank, SANDBOX_MODES, type Denied, type SandboxMode } from "./sandbox-modes.js";
 export { compileOperatorConfig, INSTALL_DIR, isInside, loadOperatorConfig, OperatorConfigError, type ConfiguredKey, type OperatorConfig, type TenantPolicy } from "./operator.js";
+export { BusCredentialsError, busAuthFromEnv, readBusCredentials } from "./bus-credentials.js";
+export { BUS_USERS, busPermissions, natsServerAuthorization, type BusPermissions, type BusUser } from "./bus-permissions.js";

@@ -22,6 +22,7 @@ await runMain("tack-gateway", async () => {
   mkdirSync(dirname(database), { recursive: true });
   const gateway = await startGateway({
     natsUrl: common.natsUrl,
+    natsAuth: common.natsAuth,
     namespace: common.namespace,
     host: process.env.TACK_GATEWAY_HOST || "127.0.0.1",
     port: Number(portText),

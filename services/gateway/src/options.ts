@@ -1,6 +1,6 @@
 import type { Dialect } from "kysely";
 import { z } from "zod";
-import { assertToken, TackError } from "@tack/bus";
+import { assertToken, TackError, type BusAuth } from "@tack/bus";
 import { loadOperatorConfig, type OperatorConfig } from "@tack/config";
 import { resolveConfiguredKeys, type ResolvedKey, type Role } from "./keys.js";
 
@@ -18,6 +18,8 @@ export interface ApiKey {
 export interface GatewayOptions {
   /** NATS server URL, e.g. `nats://127.0.0.1:4222`. */
   natsUrl: string;
+  /** NATS user and TLS files (`commonConfig().natsAuth`); none for an open NATS. */
+  natsAuth?: BusAuth;
   /** Bus namespace (default `tack`); tests use a unique one. */
   namespace?: string;
   /** Interface to listen on (default 127.0.0.1). */

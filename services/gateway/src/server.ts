@@ -56,7 +56,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     await index.replaceConfiguredKeys(compiled.keys, Object.keys(compiled.operator.tenants));
     const policy = new TenantPolicies(compiled.operator, index, compiled.keepaliveMs);
     cleanup.push(async () => policy.close());
-    const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: "tack-gateway" });
+    const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: "tack-gateway", ...options.natsAuth });
     cleanup.push(() => bus.close());
     const jsm = await jetstreamManager(bus.nc).catch((error: unknown) => {
       throw new TackError("gateway.jetstream_unavailable", `NATS at ${compiled.natsUrl} has no JetStream (${(error as Error).message}); start nats-server with -js`, { cause: error });

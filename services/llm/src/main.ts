@@ -1,7 +1,7 @@
 // Entry point of the llm service process: `tsx services/llm/src/main.ts`. Reads NATS_URL and
 // TACK_NAMESPACE here; the service itself reads the `*_API_KEY` and `*_BASE_URL` variables and TACK_PRICES.
 import { TackError } from "@tack/bus";
-import { loadOperatorConfig } from "@tack/config";
+import { commonConfig, loadOperatorConfig } from "@tack/config";
 import { initTelemetry } from "@tack/telemetry";
 import { startLlmService } from "./service.js";
 
@@ -11,6 +11,7 @@ initTelemetry({ serviceName: "tack-llm" });
 try {
   const service = await startLlmService({
     url: process.env.NATS_URL ?? "nats://127.0.0.1:4222",
+    natsAuth: commonConfig().natsAuth,
     namespace: process.env.TACK_NAMESPACE || undefined,
     // Which files `scripted:` and `replay:` may read: the operator configuration's models.script_dirs and max_script_bytes.
     scripts: loadOperatorConfig().models,

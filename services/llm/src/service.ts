@@ -1,5 +1,5 @@
 import { trace } from "@opentelemetry/api";
-import { Bus, inSpan, serveStream, TackError } from "@tack/bus";
+import { Bus, inSpan, serveStream, TackError, type BusAuth } from "@tack/bus";
 import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice, CountTokensRequest, CountTokensResponse, EstimateCostRequest, EstimateCostResponse } from "@tack/proto";
 import { ANTHROPIC_BASE_URL, anthropicProvider } from "./anthropic.js";
 import { loadCredentials } from "./credentials.js";
@@ -17,6 +17,8 @@ import type { ScriptFileOptions } from "./script-file.js";
 export interface LlmServiceOptions {
   /** NATS server URL, e.g. `nats://127.0.0.1:4222`. */
   url: string;
+  /** NATS user and TLS files (`commonConfig().natsAuth`); none for an open NATS. */
+  natsAuth?: BusAuth;
   /** Subject namespace (default `tack`); tests use a unique one. */
   namespace?: string;
   /** DeepSeek base URL; defaults to env DEEPSEEK_BASE_URL, then https://api.deepseek.com. */
@@ -66,7 +68,7 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
     openai: openaiProvider({ apiKey: credentials.openai?.key, baseUrl: options.openaiBaseUrl ?? env.OPENAI_BASE_URL ?? OPENAI_BASE_URL }),
     anthropic: anthropicProvider({ apiKey: credentials.anthropic?.key, baseUrl: options.anthropicBaseUrl ?? env.ANTHROPIC_BASE_URL ?? ANTHROPIC_BASE_URL }),
   });
-  const bus = await Bus.connect({ url: options.url, namespace: options.namespace, name: "tack-llm" });
+  const bus = await Bus.connect({ url: options.url, namespace: options.namespace, name: "tack-llm", ...options.natsAuth });
   const inFlight = new Set<Promise<void>>();
   const stopping = new AbortController();
 

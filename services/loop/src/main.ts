@@ -11,6 +11,7 @@ await runMain("loop", async () => {
   const { retention } = operator;
   const service = await startLoopService({
     natsUrl: common.natsUrl,
+    natsAuth: common.natsAuth,
     namespace: common.namespace,
     // The log stream's limits follow the operator configuration (lifted when removed from it).
     logMaxBytes: retention.logMaxBytes,

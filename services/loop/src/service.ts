@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { Subscription } from "@nats-io/nats-core";
-import { assertToken, Bus, TackError } from "@tack/bus";
+import { assertToken, Bus, TackError, type BusAuth } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
 import {
   CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest,
@@ -59,7 +59,10 @@ const Options = z.object({
 }).refine((o) => o.pruneAt <= o.summarizeAt, { message: "pruneAt must not exceed summarizeAt: pruning is the cheaper step and comes first", path: ["pruneAt"] });
 
 /** Options of `startLoopService` (all but natsUrl have defaults). */
-export type LoopOptions = z.input<typeof Options>;
+export type LoopOptions = z.input<typeof Options> & {
+  /** NATS user and TLS files (`commonConfig().natsAuth`); none for an open NATS. */
+  natsAuth?: BusAuth;
+};
 
 /** A running loop service. */
 export interface LoopService {
@@ -79,7 +82,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   if (!parsed.success) throw new TackError("config.invalid", `loop options: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
   const o = parsed.data;
   const log = logger("loop");
-  const bus = await Bus.connect({ url: o.natsUrl, namespace: o.namespace, name: "tack-loop" });
+  const bus = await Bus.connect({ url: o.natsUrl, namespace: o.namespace, name: "tack-loop", ...options.natsAuth });
   await ensureLogStream(bus.nc, bus.names, {
     replicas: o.logReplicas,
     // Always given, so that limits removed from the configuration are lifted from the stream too.

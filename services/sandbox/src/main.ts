@@ -1,5 +1,6 @@
 // Executable entry of the sandbox service: `tsx services/sandbox/src/main.ts`, configured by environment.
 import { TackError } from "@tack/bus";
+import { commonConfig } from "@tack/config";
 import { initTelemetry } from "@tack/telemetry";
 import { startSandboxService, type SandboxServiceOptions } from "./index.js";
 
@@ -27,7 +28,7 @@ const log = (level: string, message: string, fields: Record<string, unknown> = {
   process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, service: "sandbox", message, ...fields })}\n`);
 
 try {
-  const service = await startSandboxService(options);
+  const service = await startSandboxService({ ...options, natsAuth: commonConfig(env).natsAuth });
   const { namespace, runtime, image, idleTimeoutMs, replicaId } = service.options;
   log("info", "sandbox service ready", { namespace, replicaId, runtime, image, idleTimeoutMs, pool: service.pool() });
   if (service.pool().size > 0) void service.whenPoolFull().then(() => log("info", "warm pool full", { pool: service.pool() }));

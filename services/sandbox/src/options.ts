@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { isAbsolute } from "node:path";
-import { assertToken, TackError } from "@tack/bus";
+import { assertToken, TackError, type BusAuth } from "@tack/bus";
 import { z } from "zod";
 import { AGENT_SOURCE, defaultAgentDir } from "./agent-copy.js";
 
@@ -8,6 +8,8 @@ import { AGENT_SOURCE, defaultAgentDir } from "./agent-copy.js";
 export interface SandboxServiceOptions {
   /** NATS server URL, e.g. `nats://127.0.0.1:4222`. */
   natsUrl: string;
+  /** NATS user and TLS files (`commonConfig().natsAuth`); none for an open NATS. */
+  natsAuth?: BusAuth;
   /** Subject and container-name namespace (default `tack`); tests use a unique one. */
   namespace?: string;
   /** Local Docker image of the sandbox (default `tack-sandbox:bookworm`, built by `make sandbox-image`). */
@@ -33,7 +35,7 @@ export interface SandboxServiceOptions {
 }
 
 /** Options after validation and defaulting; trusted from here on. */
-export type CompiledOptions = Readonly<Required<SandboxServiceOptions>>;
+export type CompiledOptions = Readonly<Required<Omit<SandboxServiceOptions, "natsAuth">>>;
 
 const tokenOf = (kind: string) => (value: string) => {
   try {

@@ -58,7 +58,7 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
   await docker.ping().catch((error: unknown) => Promise.reject(dockerFailure(error, "reach the Docker engine")));
   // Containers mount this copy, taken now: what happens to the checkout later changes no sandbox (decision 0010).
   const agent = await installAgent(compiled.agentSource, compiled.agentDir);
-  const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: `tack-sandbox-${compiled.replicaId}` });
+  const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: `tack-sandbox-${compiled.replicaId}`, ...options.natsAuth });
   const runtimes = new RuntimeCheck(docker, compiled.runtime);
   let pool: Pool | undefined;
   let poolUnavailable: string | undefined;

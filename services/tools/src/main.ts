@@ -1,4 +1,5 @@
 // Executable entry of the tools service: `tsx services/tools/src/main.ts` (env NATS_URL, TACK_NAMESPACE).
+import { commonConfig } from "@tack/config";
 import { initTelemetry } from "@tack/telemetry";
 import { startToolsService, type ToolsService } from "./service.js";
 
@@ -7,6 +8,7 @@ let service: ToolsService;
 try {
   service = await startToolsService({
     natsUrl: process.env.NATS_URL ?? "nats://127.0.0.1:4222",
+    natsAuth: commonConfig().natsAuth,
     namespace: process.env.TACK_NAMESPACE || undefined,
   });
 } catch (error) {

@@ -1,4 +1,4 @@
-import { assertToken, Bus, TackError } from "@tack/bus";
+import { assertToken, Bus, TackError, type BusAuth } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
 import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
 import { callTool, listTools } from "./registry.js";
@@ -9,6 +9,8 @@ import type { SpillReader } from "./tool.js";
 export interface ToolsServiceOptions {
   /** NATS server URL, e.g. `nats://127.0.0.1:4222`. */
   natsUrl: string;
+  /** NATS user and TLS files (`commonConfig().natsAuth`); none for an open NATS. */
+  natsAuth?: BusAuth;
   /** Subject namespace (default `tack`); tests use a unique one. */
   namespace?: string;
 }
@@ -35,7 +37,7 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
   } catch (error) {
     throw new TackError("tools.invalid_options", (error as Error).message, { cause: error });
   }
-  const bus = await Bus.connect({ url: options.natsUrl, namespace, name: "tack-tools" });
+  const bus = await Bus.connect({ url: options.natsUrl, namespace, name: "tack-tools", ...options.natsAuth });
   const sandbox = new BusSandboxClient(bus);
   // The loop creates the spill bucket at its first spill; until then there is nothing to read.
   let bucket: SpillBucket | undefined;

@@ -49,6 +49,9 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
     tack = await launch({
       dataDir: stateDir,
       natsUrl: env.NATS_URL || undefined,
+      // The launcher's own connection to a given NATS uses the operator's credentials, like the services
+      // (the configuration package is loaded only here, so the CLI's other commands start faster).
+      natsAuth: env.NATS_URL ? (await import("@tack/config")).busAuthFromEnv(env) : undefined,
       namespace: env.TACK_NAMESPACE || "tack",
       apiKey,
       gatewayPort: port,
@@ -75,7 +78,7 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
   process.stdout.write([
     `  gateway  ${tack.gatewayUrl}`,
     `  API key  ${apiKeyFile ? `${shown(apiKeyFile)} (send it as \`Authorization: Bearer <key>\`)` : "from TACK_API_KEY"}`,
-    `  NATS     ${tack.natsUrl}${env.NATS_URL ? "" : ` (started here, data in ${shown(join(stateDir, "nats"))})`}`,
+    `  NATS     ${tack.natsUrl}${env.NATS_URL ? "" : ` (started here, data in ${shown(join(stateDir, "nats"))}, one user per service in ${shown(join(stateDir, "bus"))}/)`}`,
     `  logs     ${shown(join(stateDir, "logs"))}/`,
     `  try      tack run "list the files" --model scripted:${shown(join(examplesDir, "hello.json"))}${tryWorkspace}`,
     "  stop     Ctrl-C here, or `tack down` in another terminal",

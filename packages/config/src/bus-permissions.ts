@@ -1,0 +1,178 @@
+// The one table of who may do what on the bus (decision 0007): each service's NATS user may
+// publish only the requests it really makes and subscribe only to its own command subjects and
+// its own reply inboxes. `tack up` renders it into the nats-server configuration; a cluster
+// deployment and the tests use the same function, so the three cannot drift apart.
+import { inboxPrefix, names } from "@tack/bus";
+
+/** Every NATS user of a deployment: one per service, plus `admin` for the operator and the launcher's start-up probes. */
+export const BUS_USERS = ["gateway", "loop", "llm", "tools", "sandbox", "admin"] as const;
+
+/** One NATS user of a deployment. */
+export type BusUser = (typeof BUS_USERS)[number];
+
+/** What one user may do, in nats-server terms. */
+export interface BusPermissions {
+  /** Subjects (wildcards allowed) the user may publish to; requests go here. */
+  readonly publish: readonly string[];
+  /** Subjects the user may subscribe to, each `subject` or `subject queue`. */
+  readonly subscribe: readonly string[];
+  /**
+   * Replies allowed per request received (nats-server `allow_responses`): at most `max`
+   * messages within `expires` of receiving it. Absent: the user answers nothing.
+   */
+  readonly responses?: { readonly max: number; readonly expires: string };
+}
+
+// JetStream API subjects take the stream name as one token, so every grant below names one
+// of this namespace's streams: a service's credentials never reach another deployment's data.
+// Found by running every service under nats-server's trace (decision 0007), then checked
+// against the client libraries for paths a happy run does not take.
+const js = (operation: string, stream: string) => `$JS.API.${operation}.${stream}`;
+
+/** Looking a stream up and creating it when missing (the log, and buckets opened with `create`). */
+function streamEnsure(stream: string): string[] {
+  return [js("STREAM.INFO", stream), js("STREAM.CREATE", stream)];
+}
+
+/** One message by subject or sequence: a KV get, an object's metadata, the last event of a session. */
+function messageGet(stream: string): string[] {
+  return [js("STREAM.MSG.GET", stream), `${js("DIRECT.GET", stream)}.>`];
+}
+
+/**
+ * Reading a stream through ordered consumers (the log is pulled, an object's chunks are pushed
+ * with flow control) plus single messages and the stream's info. The client checks a consumer
+ * (`CONSUMER.INFO`), deletes and recreates it when it misses a heartbeat or sees a gap.
+ */
+function streamRead(stream: string): string[] {
+  return [
+    js("STREAM.INFO", stream), ...messageGet(stream),
+    `${js("CONSUMER.CREATE", stream)}.>`, `${js("CONSUMER.MSG.NEXT", stream)}.>`,
+    `${js("CONSUMER.INFO", stream)}.>`, `${js("CONSUMER.DELETE", stream)}.>`, `$JS.FC.${stream}.>`,
+  ];
+}
+
+/** Removing messages by subject: a deleted session's entries, an object's replaced or deleted chunks. */
+const purge = (stream: string) => js("STREAM.PURGE", stream);
+
+/**
+ * The permission table of namespace `namespace`. Subjects and buckets come from `names()`;
+ * the sandbox replicas' subjects are spelled out as in services/sandbox/src/placements.ts
+ * (a test checks that they agree).
+ */
+export function busPermissions(namespace: string): Readonly<Record<BusUser, BusPermissions>> {
+  const n = names(namespace);
+  const ns = n.namespace;
+  const log = n.logStream;
+  const leases = `KV_${n.leaseBucket}`;
+  const spend = `KV_${n.spendBucket}`;
+  const placements = `KV_${n.sandboxBucket}`;
+  const spill = `OBJ_${n.spillBucket}`;
+  const workspaces = `OBJ_${n.workspacesBucket}`;
+  const inbox = (user: BusUser) => `${inboxPrefix(user)}.>`;
+  // Every JetStream client starts by asking for the account's JetStream info.
+  const jsInfo = "$JS.API.INFO";
+  return {
+    gateway: {
+      publish: [
+        // Session commands, to any loop replica or to the session's current owner.
+        n.loopCreate, n.loopSubmit, n.loopDecide, n.loopMode, n.loopDelete,
+        n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"),
+        // GET /v1/sessions/:id/context counts tokens.
+        n.llmCount,
+        // Managed workspaces: the sandbox service unpacks and packs their archives, which pass
+        // through an object store; nothing else of the sandbox's.
+        n.workspaceCreate, n.workspaceExport, n.workspaceDelete,
+        `$O.${n.workspacesBucket}.>`, ...streamEnsure(workspaces), ...streamRead(workspaces), purge(workspaces),
+        // Reads the session log (events, context) and the tenants' spend (usage); writes neither.
+        jsInfo, ...streamRead(log), ...messageGet(spend),
+      ],
+      subscribe: [inbox("gateway")],
+    },
+    loop: {
+      publish: [
+        n.llmComplete, n.llmCheck, n.llmEstimate,
+        n.toolsList, n.toolsCall,
+        // The sandbox-mode guard lists the processes left from a wider mode; deleting a session releases its containers.
+        n.sandboxProcesses, n.sandboxRelease,
+        // The only writer of session logs: creates the stream (and applies its limits), appends,
+        // reads back, purges a deleted session's subject.
+        n.logSubjects, jsInfo, ...streamEnsure(log), js("STREAM.UPDATE", log), ...streamRead(log), purge(log),
+        // Session leases (scanned for expired ones), tenant spend, spilled tool results; a deleted session's entries are purged.
+        `$KV.${n.leaseBucket}.>`, ...streamEnsure(leases), ...streamRead(leases), purge(leases),
+        `$KV.${n.spendBucket}.>`, ...streamEnsure(spend), ...messageGet(spend),
+        `$O.${n.spillBucket}.>`, ...streamEnsure(spill), ...messageGet(spill), purge(spill),
+        // A deleted session's sandbox placements: the sandbox service deletes them, the loop purges the delete markers.
+        purge(placements),
+      ],
+      // Every `<ns>.loop.*` subject is the loop's own: the queue-group commands and each owned session's subjects.
+      subscribe: [`${ns}.loop.>`, inbox("loop")],
+      // Its handlers wait at most for a lease to expire, a model check, a process listing or a session's deletion.
+      responses: { max: 1, expires: "5m" },
+    },
+    llm: {
+      // Answers only; calls nothing and uses no JetStream, so it needs no inbox either.
+      publish: [],
+      subscribe: [`${ns}.llm.*`],
+      // A completion is streamed as one message per delta to the caller's inbox; reasoning
+      // models can think for many minutes before the last one.
+      responses: { max: 1_000_000, expires: "1h" },
+    },
+    tools: {
+      publish: [
+        n.sandboxEnsure, n.sandboxExec,
+        // `read` of a spilled result (`tack-spill:<call_id>`).
+        jsInfo, ...streamRead(spill),
+      ],
+      subscribe: [`${ns}.tools.*`, inbox("tools")],
+      // A tool call may run a command for up to 600 s (bash's limit) plus the sandbox's margin.
+      responses: { max: 1, expires: "15m" },
+    },
+    sandbox: {
+      publish: [
+        // Forwards to the replica that holds a session's container, and pings it.
+        `${ns}.sandbox.replica.*.*`,
+        // Checks a request against the session's first log event (its tenant and workspace); reads nothing else of the log.
+        jsInfo, ...messageGet(log),
+        // Container placements across replicas, and the archives of managed workspaces.
+        `$KV.${n.sandboxBucket}.>`, ...streamEnsure(placements), ...messageGet(placements),
+        `$O.${n.workspacesBucket}.>`, ...streamEnsure(workspaces), ...streamRead(workspaces), purge(workspaces),
+      ],
+      // Every `<ns>.sandbox.*` subject is the sandbox's own: the queue-group commands, workspaces and the replicas' subjects.
+      subscribe: [`${ns}.sandbox.>`, inbox("sandbox")],
+      // Exec runs a command for up to 600 s; a forwarded request answers after the replica does.
+      responses: { max: 1, expires: "15m" },
+    },
+    // The operator's identity: `tack up`'s start-up probes, the `nats` CLI, test cleanup.
+    // Never given to a service.
+    admin: { publish: [">"], subscribe: [">"] },
+  };
+}
+
+/**
+ * The `authorization` block of a nats-server configuration (JSON, which nats-server reads
+ * as its config format) with one user per entry of `passwords` and its permissions from
+ * `busPermissions(namespace)`. There is no `no_auth_user`, so a client without credentials is refused.
+ * A cluster deployment may pass bcrypt hashes (`nats server passwd`) as the passwords; nats-server
+ * recognises them, and only the services hold the plain ones.
+ */
+export function natsServerAuthorization(namespace: string, passwords: Readonly<Record<BusUser, string>>): { authorization: { users: unknown[] } } {
+  const table = busPermissions(namespace);
+  return {
+    authorization: {
+      users: BUS_USERS.map((user) => {
+        const { publish, subscribe, responses } = table[user];
+        return {
+          user,
+          password: passwords[user],
+          permissions: {
+            // An empty allow list would mean "anything"; deny everything instead (replies still pass through allow_responses).
+            publish: publish.length > 0 ? { allow: publish } : { deny: [">"] },
+            subscribe: { allow: subscribe },
+            ...(responses ? { allow_responses: { max: responses.max, expires: responses.expires } } : {}),
+          },
+        };
+      }),
+    },
+  };
+}
