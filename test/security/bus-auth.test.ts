@@ -63,6 +63,9 @@ afterAll(async () => {
     await admin.close();
   }
   await tack?.stop();
+  // The warm pool may have refilled between the cleanup above and the sandbox service's stop.
+  const leftovers = execFileSync("docker", ["ps", "-aq", "--filter", `name=^tack-${namespace}-`]).toString().split("\n").filter(Boolean);
+  if (leftovers.length > 0) execFileSync("docker", ["rm", "-f", ...leftovers], { stdio: "ignore" });
   rmSync(work, { recursive: true, force: true });
 }, 60_000);
 
