@@ -8,5 +8,7 @@ export default defineConfig({
     // Two cores: run files two at a time; tests that share Docker or NATS use unique names.
     maxWorkers: 2,
     reporters: ["default"],
+    // Every service started by a test reads this operator configuration (tenants, workspace roots under /tmp).
+    env: { TACK_CONFIG: new URL("test/fixtures/operator.yaml", import.meta.url).pathname },
   },
 });

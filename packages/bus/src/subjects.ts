@@ -15,6 +15,12 @@ export interface Names {
   readonly sandboxRelease: string;
   /** The live processes of a session's sandbox container, listed by its exec agent (queue group `sandbox`). */
   readonly sandboxProcesses: string;
+  /** Managed workspaces: create (empty or from an archive), export as an archive, delete; served by the sandbox service. */
+  readonly workspaceCreate: string;
+  readonly workspaceExport: string;
+  readonly workspaceDelete: string;
+  /** Object store bucket the archives of managed workspaces travel through. */
+  readonly workspacesBucket: string;
   readonly loopCreate: string;
   readonly loopSubmit: string;
   readonly loopDecide: string;
@@ -68,6 +74,10 @@ export function names(namespace = "tack"): Names {
     sandboxExec: `${namespace}.sandbox.exec`,
     sandboxRelease: `${namespace}.sandbox.release`,
     sandboxProcesses: `${namespace}.sandbox.processes`,
+    workspaceCreate: `${namespace}.sandbox.workspace.create`,
+    workspaceExport: `${namespace}.sandbox.workspace.export`,
+    workspaceDelete: `${namespace}.sandbox.workspace.delete`,
+    workspacesBucket: `${upper}_WORKSPACES`,
     loopCreate: `${namespace}.loop.create`,
     loopSubmit: `${namespace}.loop.submit`,
     loopDecide: `${namespace}.loop.decide`,

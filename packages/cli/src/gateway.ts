@@ -16,9 +16,10 @@ export interface ReceivedEvent {
   readonly json: Record<string, unknown>;
 }
 
-/** Body of `POST /v1/sessions`. */
+/** Body of `POST /v1/sessions`: a host directory (`workspace`) or a managed workspace (`workspace_id`). */
 export interface CreateSessionBody {
-  workspace: string;
+  workspace?: string;
+  workspace_id?: string;
   model: string;
   mode?: string;
   sandbox_mode?: string;
@@ -66,6 +67,14 @@ export class GatewayClient {
   async createSession(body: CreateSessionBody): Promise<{ id: string }> {
     const created = await this.#json("POST", "/v1/sessions", body);
     if (typeof created.id !== "string") throw badAnswer("POST /v1/sessions", "no session id");
+    return { id: created.id };
+  }
+
+  /** Creates a managed workspace from a tar archive (`POST /v1/workspaces`); resolves with its id. */
+  async createWorkspace(archive: Uint8Array, title: string): Promise<{ id: string }> {
+    const response = await this.#fetch("POST", `/v1/workspaces?title=${encodeURIComponent(title)}`, archive, { accept: "application/json", "content-type": "application/x-tar" });
+    const created = (await response.json().catch(() => ({}))) as Record<string, unknown>;
+    if (typeof created.id !== "string") throw badAnswer("POST /v1/workspaces", "no workspace id");
     return { id: created.id };
   }
 
@@ -130,8 +139,8 @@ export class GatewayClient {
     try {
       response = await fetch(`${this.url}${path}`, {
         method,
-        headers: { ...headers, authorization: `Bearer ${this.#target.apiKey}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-        body: body === undefined ? undefined : JSON.stringify(body),
+        headers: { ...(body === undefined || body instanceof Uint8Array ? {} : { "content-type": "application/json" }), ...headers, authorization: `Bearer ${this.#target.apiKey}` },
+        body: body === undefined ? undefined : body instanceof Uint8Array ? body : JSON.stringify(body),
         signal,
       });
     } catch (error) {

@@ -123,6 +123,8 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     TACK_GATEWAY_HOST: "127.0.0.1",
     TACK_GATEWAY_PORT: String(gatewayPort),
     TACK_DB: join(dataDir, "tack.db"),
+    // The services run from the checkout; their state (operator configuration, scripts, managed workspaces) is the launcher's.
+    TACK_STATE_DIR: dataDir,
     // A local run removes its sandbox containers when it stops.
     TACK_SANDBOX_REMOVE_ON_STOP: "1",
     ...options.env,

@@ -56,7 +56,14 @@ const ConfigSchema = z.strictObject({
     /** The user every sandbox command runs as; never 0. Files it writes in a workspace belong to the workspace's owner through an ID-mapped mount. */
     uid: z.number().int().min(1, "must not be 0: sandboxes never run as root").max(2 ** 31).default(1000),
     gid: z.number().int().min(1, "must not be 0: sandboxes never run as root").max(2 ** 31).default(1000),
-  }).default({ uid: 1000, gid: 1000 }),
+    /** What networked sandboxes (danger-full-access) may reach: the public internet, and only these of the private, link-local, reserved and host's own addresses. */
+    egress: z.strictObject({
+      /** IPv4 CIDRs reachable although refused by default, e.g. an internal package mirror `10.1.2.3/32`. */
+      allow_cidrs: z.array(z.cidrv4("must be an IPv4 CIDR such as 10.1.2.3/32 (networked sandboxes have no IPv6)")).default([]),
+      /** DNS (port 53) to the host's resolvers even in a refused range, so that names resolve. */
+      allow_dns: z.boolean().default(true),
+    }).default({ allow_cidrs: [], allow_dns: true }),
+  }).default({ uid: 1000, gid: 1000, egress: { allow_cidrs: [], allow_dns: true } }),
   models: z.strictObject({
     /** Directories `scripted:` and `replay:` files must be inside (after symlinks). */
     script_dirs: z.array(z.string()).optional(),
@@ -87,7 +94,7 @@ export interface OperatorConfig {
   readonly tenants: Readonly<Record<string, TenantPolicy>>;
   readonly keys: readonly ConfiguredKey[];
   readonly workspaces: { readonly dir: string; readonly maxUploadBytes: number };
-  readonly sandbox: { readonly uid: number; readonly gid: number };
+  readonly sandbox: { readonly uid: number; readonly gid: number; readonly egress: { readonly allowCidrs: readonly string[]; readonly allowDns: boolean } };
   readonly models: { readonly scriptDirs: readonly string[]; readonly maxScriptBytes: number };
   readonly retention: { readonly sessionMaxAgeDays?: number; readonly sweepIntervalMinutes: number; readonly logMaxBytes?: number; readonly logMaxAgeDays?: number };
   /** Directories no workspace may be inside of or contain: Tack's install and its state directory. */
@@ -163,7 +170,7 @@ export function compileOperatorConfig(raw: unknown, where: { stateDir: string; b
     tenants,
     keys: data.keys.map((k) => (k.file === undefined ? k : { ...k, file: absolute(k.file) })),
     workspaces: { dir: absolute(data.workspaces.dir ?? resolve(where.stateDir, "workspaces")), maxUploadBytes: data.workspaces.max_upload_bytes },
-    sandbox: data.sandbox,
+    sandbox: { uid: data.sandbox.uid, gid: data.sandbox.gid, egress: { allowCidrs: data.sandbox.egress.allow_cidrs, allowDns: data.sandbox.egress.allow_dns } },
     models: { scriptDirs: scriptDirs.map(realpathOrSelf), maxScriptBytes: data.models.max_script_bytes },
     retention: {
       ...(data.retention.session_max_age_days !== undefined ? { sessionMaxAgeDays: data.retention.session_max_age_days } : {}),

@@ -59,8 +59,19 @@ export interface AuditTable {
   details: string;
 }
 
+/** A Tack-managed workspace (its files live on the sandbox hosts). */
+export interface WorkspacesTable {
+  id: string;
+  tenant: string;
+  title: string;
+  /** Host path on the sandbox hosts, as sessions on it name their workspace. */
+  path: string;
+  created_at: string;
+}
+
 /** The gateway's SQL schema as kysely sees it. */
 export interface Database {
+  workspaces: WorkspacesTable;
   tenants: TenantsTable;
   api_keys: ApiKeysTable;
   sessions: SessionsTable;
@@ -133,6 +144,22 @@ const migrations: Record<string, Migration> = {
     },
     async down(db: Kysely<unknown>) {
       await db.schema.dropTable("audit").execute();
+    },
+  },
+  // Tack-managed workspaces, per tenant.
+  "0004_workspaces": {
+    async up(db: Kysely<unknown>) {
+      await db.schema.createTable("workspaces")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("tenant", "text", (c) => c.notNull())
+        .addColumn("title", "text", (c) => c.notNull())
+        .addColumn("path", "text", (c) => c.notNull())
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("workspaces_tenant_created").on("workspaces").columns(["tenant", "created_at", "id"]).execute();
+    },
+    async down(db: Kysely<unknown>) {
+      await db.schema.dropTable("workspaces").execute();
     },
   },
 };

@@ -6,10 +6,10 @@ import { Bus, TackError } from "@tack/bus";
 import { logger } from "@tack/telemetry";
 import { createKey, listKeys, listTenants, revokeKey } from "./admin.js";
 import { decideApproval } from "./approvals.js";
-import { AuditLog, listAudit } from "./audit.js";
+import { AuditLog, callerKeyId, listAudit } from "./audit.js";
 import { authenticate } from "./auth.js";
 import { openDatabase, ping, type Database } from "./db.js";
-import { deleteSessionRoute, startRetentionSweep } from "./deletion.js";
+import { deleteSession, deleteSessionRoute, startRetentionSweep } from "./deletion.js";
 import { GatewayError, respondWithErrors } from "./errors.js";
 import { streamEvents } from "./events.js";
 import { compose, sendJson, type Exchange, type Handler } from "./http.js";
@@ -21,6 +21,7 @@ import { TenantPolicies } from "./policy.js";
 import { createSession, getSession, listSessions, submitMessage, type GatewayContext } from "./sessions.js";
 import { SessionIndex } from "./store.js";
 import { traceRequest } from "./tracing.js";
+import { WorkspaceIndex, WorkspaceRoutes } from "./workspaces.js";
 
 /** A running gateway. */
 export interface Gateway {
@@ -62,7 +63,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       throw new TackError("gateway.jetstream_unavailable", `NATS at ${compiled.natsUrl} has no JetStream (${(error as Error).message}); start nats-server with -js`, { cause: error });
     });
     const shutdown = new AbortController();
-    const context: GatewayContext = { bus, jsm, index, options: compiled, policy, shutdown: shutdown.signal, audit: new AuditLog(db) };
+    const context: GatewayContext = { bus, jsm, index, options: compiled, policy, shutdown: shutdown.signal, audit: new AuditLog(db), workspaces: new WorkspaceIndex(db) };
+    const workspaceRoutes = new WorkspaceRoutes(context, context.workspaces, async (exchange, sessionId) => {
+      const row = await index.getSession(exchange.tenant!, sessionId);
+      if (row) await deleteSession(context, row, { kind: "api_key", keyId: callerKeyId(exchange) }, { reason: "workspace deleted" });
+    });
     const { retention } = compiled.operator;
     const sweeper = startRetentionSweep(context, { maxAgeDays: retention.sessionMaxAgeDays, intervalMs: retention.sweepIntervalMinutes * 60_000 }, log);
     cleanup.push(() => sweeper.stop());
@@ -80,6 +85,10 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       { method: "GET", pattern: "/v1/sessions/:id/context", handler: sessionContext(context) },
       { method: "GET", pattern: "/v1/usage", handler: tenantUsage(context) },
       { method: "GET", pattern: "/v1/audit", handler: listAudit(context.audit) },
+      { method: "POST", pattern: "/v1/workspaces", handler: workspaceRoutes.create() },
+      { method: "GET", pattern: "/v1/workspaces", handler: workspaceRoutes.list() },
+      { method: "GET", pattern: "/v1/workspaces/:id/archive", handler: workspaceRoutes.archive() },
+      { method: "DELETE", pattern: "/v1/workspaces/:id", handler: workspaceRoutes.delete() },
       { method: "POST", pattern: "/v1/admin/keys", handler: createKey(context) },
       { method: "GET", pattern: "/v1/admin/keys", handler: listKeys(context) },
       { method: "DELETE", pattern: "/v1/admin/keys/:id", handler: revokeKey(context) },

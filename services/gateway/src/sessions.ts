@@ -1,5 +1,4 @@
-import { stat } from "node:fs/promises";
-import { isAbsolute, resolve } from "node:path";
+import { isAbsolute } from "node:path";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { SANDBOX_MODES } from "@tack/config";
 import { z } from "zod";
@@ -15,6 +14,7 @@ import type { CompiledOptions } from "./options.js";
 import type { TenantPolicies } from "./policy.js";
 import type { SessionIndex, SessionRow } from "./store.js";
 import { sessionUsage } from "./usage.js";
+import { sessionWorkspace, type WorkspaceIndex } from "./workspaces.js";
 
 /** What the route handlers work with. */
 export interface GatewayContext {
@@ -28,13 +28,16 @@ export interface GatewayContext {
   readonly shutdown: AbortSignal;
   /** The tenant-visible audit trail (deletions). */
   readonly audit: AuditLog;
+  /** The tenants' managed workspaces. */
+  readonly workspaces: WorkspaceIndex;
 }
 
 const required = (what: string) => (issue: { input: unknown }) => (issue.input === undefined ? `is required: ${what}` : "must be a string");
 
 const CreateSessionBody = z.strictObject({
-  workspace: z.string({ error: required("the absolute path of the project folder on the host") })
-    .refine(isAbsolute, { error: (issue) => `must be an absolute host path, got ${JSON.stringify(issue.input)}` }),
+  workspace: z.string({ error: "must be a string: the absolute path of a project folder under one of your tenant's workspace roots" })
+    .refine(isAbsolute, { error: (issue) => `must be an absolute host path, got ${JSON.stringify(issue.input)}` }).optional(),
+  workspace_id: z.string({ error: "must be a string: the id of a managed workspace (POST /v1/workspaces)" }).regex(/^ws_[0-9a-f]{20}$/, "must be a managed workspace id like ws_0123456789abcdef0123").optional(),
   model: z.string({ error: required("a model reference such as deepseek:deepseek-chat") })
     .regex(/^[a-z0-9][a-z0-9_-]*:\S.*$/, "must be <provider>:<model>, e.g. deepseek:deepseek-chat or scripted:/abs/script.json"),
   mode: z.enum(["standard"]).default("standard"),
@@ -77,11 +80,11 @@ export async function requireSession(context: GatewayContext, exchange: Exchange
 export function createSession(context: GatewayContext): Handler {
   return async (exchange) => {
     const body = await readJson(exchange.req, CreateSessionBody);
+    if ((body.workspace === undefined) === (body.workspace_id === undefined)) {
+      throw new GatewayError(400, "gateway.invalid_request", "invalid request body: give exactly one of workspace (an absolute path under your tenant's workspace roots) or workspace_id (a managed workspace from POST /v1/workspaces)");
+    }
     const sandboxMode = await context.policy.admitSession(exchange, { model: body.model, sandboxMode: body.sandbox_mode });
-    const workspace = resolve(body.workspace);
-    const info = await stat(workspace).catch(() => undefined);
-    if (!info) throw new GatewayError(400, "gateway.workspace_not_found", `workspace ${workspace} does not exist on the gateway's host; create it or pass an existing absolute folder`, { details: { workspace } });
-    if (!info.isDirectory()) throw new GatewayError(400, "gateway.workspace_not_directory", `workspace ${workspace} is not a directory; pass the project folder`, { details: { workspace } });
+    const workspace = await sessionWorkspace(context, context.workspaces, exchange.tenant!, body);
     const tenant = exchange.tenant!;
     const { bus } = context;
     const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({

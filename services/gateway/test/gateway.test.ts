@@ -204,7 +204,13 @@ describe("gateway", () => {
     const missing = await call("POST", "/v1/sessions", { body: { model: "scripted:/x.json" } });
     expect(missing.status).toBe(400);
     expect(missing.json.error).toMatchObject({ code: "gateway.invalid_request" });
-    expect(missing.json.error.message).toContain("workspace: is required");
+    expect(missing.json.error.message).toContain("give exactly one of workspace");
+    const both = await call("POST", "/v1/sessions", { body: { workspace: dir, workspace_id: "ws_0123456789abcdef0123", model: "scripted:/x.json" } });
+    expect(both.status).toBe(400);
+    expect(both.json.error.message).toContain("give exactly one of workspace");
+    const unknownId = await call("POST", "/v1/sessions", { body: { workspace_id: "ws_0123456789abcdef0123", model: "scripted:/x.json" } });
+    expect(unknownId.status).toBe(404);
+    expect(unknownId.json.error.code).toBe("gateway.workspace_not_found");
 
     const relative = await call("POST", "/v1/sessions", { body: { workspace: "project", model: "scripted:/x.json" } });
     expect(relative.status).toBe(400);

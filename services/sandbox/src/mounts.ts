@@ -1,6 +1,7 @@
 import { execFile } from "node:child_process";
 import { mkdir, readdir, readFile, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { TackError } from "@tack/bus";
 
@@ -81,6 +82,31 @@ export class SlotMounts {
     }
   }
 
+  /**
+   * Mounts `workspace` onto the slot through an ID mapping (see `idmappedMount`): for a
+   * workspace whose owner is not the sandbox user.
+   */
+  async bindMapped(slotId: string, workspace: string, readOnly: boolean, owner: Ids, user: Ids): Promise<void> {
+    await idmappedMount(workspace, this.path(slotId), readOnly, owner, user);
+  }
+
+  /**
+   * A new directory (not a shared mount: nothing is mounted onto it later) holding `workspace`
+   * through an ID mapping, for a container created directly; removed like a slot.
+   */
+  async createMapped(id: string, workspace: string, readOnly: boolean, owner: Ids, user: Ids): Promise<string> {
+    if (!(await isMountPoint(this.#root))) await SlotMounts.prepare(this.#root);
+    const path = this.path(id);
+    await mkdir(path, { mode: 0o755 });
+    try {
+      await idmappedMount(workspace, path, readOnly, owner, user);
+    } catch (error) {
+      await rmdir(path).catch(() => undefined);
+      throw error;
+    }
+    return path;
+  }
+
   /** Unmounts everything on the slot and removes its (then empty) directory; a slot that is gone is fine. */
   async remove(slotId: string): Promise<void> {
     await removeSlotAt(this.path(slotId));
@@ -138,6 +164,32 @@ export async function collectAbandoned(poolDir: string, inUse: ReadonlySet<strin
       }
       if (left === 0 && (await old(root).catch(() => false))) await disposeReplicaDir(root);
     }
+  }
+}
+
+/** A user and group id pair. */
+export interface Ids {
+  readonly uid: number;
+  readonly gid: number;
+}
+
+const IDMAP_HELPER = fileURLToPath(new URL("./idmap.py", import.meta.url));
+
+/**
+ * Mounts `source` onto `target` so that files `owner` owns on disk appear owned by `user` (and
+ * files `user` creates are stored as `owner`'s): an idmapped mount, decision 0008. Attributes
+ * are set before the mount is attached, so a read-only one is never visible writable.
+ */
+export async function idmappedMount(source: string, target: string, readOnly: boolean, owner: Ids, user: Ids): Promise<void> {
+  try {
+    await run("python3", ["-I", "-S", IDMAP_HELPER, source, target, String(owner.uid), String(owner.gid), String(user.uid), String(user.gid), readOnly ? "1" : "0"]);
+  } catch (error) {
+    const said = ((error as { stdout?: string }).stdout ?? "").trim() || (error as Error).message.trim();
+    throw new TackError(
+      "sandbox.ownership_mapping_failed",
+      `could not mount workspace ${source} with its owner ${owner.uid}:${owner.gid} mapped to the sandbox user ${user.uid}:${user.gid} (${said}); run the sandbox service as root on a Linux >= 5.12 host, or \`chown -R ${user.uid}:${user.gid} ${source}\``,
+      { cause: error },
+    );
   }
 }
 

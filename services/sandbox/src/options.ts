@@ -3,6 +3,7 @@ import { isAbsolute } from "node:path";
 import { assertToken, TackError, type BusAuth } from "@tack/bus";
 import { z } from "zod";
 import { AGENT_SOURCE, defaultAgentDir } from "./agent-copy.js";
+import { loadOperatorConfig, type OperatorConfig } from "@tack/config";
 
 /** How a sandbox service instance is configured; every field but `natsUrl` has a default. */
 export interface SandboxServiceOptions {
@@ -32,6 +33,8 @@ export interface SandboxServiceOptions {
   agentSource?: string;
   /** Host directory of the agent's content-addressed copies, mounted into containers (default: `defaultAgentDir()`); never inside a workspace. */
   agentDir?: string;
+  /** The operator's configuration: workspace roots per tenant, managed workspaces, the sandbox user (default: `loadOperatorConfig()`). */
+  operator?: OperatorConfig;
 }
 
 /** Options after validation and defaulting; trusted from here on. */
@@ -73,5 +76,5 @@ export function compileOptions(options: SandboxServiceOptions): CompiledOptions 
     const problems = parsed.error.issues.map((issue) => `${issue.path.join(".") || "options"}: ${issue.message}`).join("; ");
     throw new TackError("sandbox.invalid_options", `invalid sandbox service options: ${problems}`);
   }
-  return parsed.data;
+  return { ...parsed.data, operator: options.operator ?? loadOperatorConfig() };
 }

@@ -5,7 +5,7 @@ import type { InstalledAgent } from "./agent-copy.js";
 import { removeContainer, startNew, type RuntimeCheck } from "./container.js";
 import type { SlotMounts } from "./mounts.js";
 import type { CompiledOptions } from "./options.js";
-import { containerOptions, DEFAULT_USER, LABELS, pidsLimit, poolContainerName, type SandboxMode, type Workspace } from "./spec.js";
+import { containerOptions, LABELS, pidsLimit, poolContainerName, type SandboxMode, type Workspace } from "./spec.js";
 
 /** A started pool container waiting for a session: its slot, its container and its agent's open channel. */
 export interface Slot {
@@ -62,9 +62,10 @@ export class Pool {
     return { size: this.#options.poolSize, ready: this.#ready.length };
   }
 
-  /** True when a pool container can serve this sandbox: no network, and commands run as uid 1000. */
+  /** True when a pool container can serve this sandbox: no network, and commands run as the configured sandbox user. */
   serves(mode: SandboxMode, workspace: Workspace): boolean {
-    return mode !== "danger-full-access" && workspace.uid === DEFAULT_USER.uid && workspace.gid === DEFAULT_USER.gid;
+    const user = this.#options.operator.sandbox;
+    return mode !== "danger-full-access" && workspace.uid === user.uid && workspace.gid === user.gid;
   }
 
   /** Takes a ready container out of the pool, or undefined when none is ready; call `fill` once the claim is done. */
@@ -158,7 +159,7 @@ export class Pool {
         image: this.#options.image,
         runtime: this.#options.runtime,
         labels: { [LABELS.namespace]: this.#options.namespace, [LABELS.replica]: this.#options.replicaId, [LABELS.pool]: path },
-        user: DEFAULT_USER,
+        user: this.#options.operator.sandbox,
         workspace: { kind: "slot", path },
         network: false,
         pidsLimit: pidsLimit(runtime.path),

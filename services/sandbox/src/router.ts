@@ -1,5 +1,6 @@
 import { RequestError } from "@nats-io/nats-core";
 import { TackError, type Bus, type Codec } from "@tack/bus";
+import { modeRank, type OperatorConfig } from "@tack/config";
 import {
   EnsureSandboxRequest,
   EnsureSandboxResponse,
@@ -12,6 +13,7 @@ import {
 } from "@tack/proto";
 import { checkExecRequest, DEFAULT_TIMEOUT_MS } from "./exec.js";
 import { replicaSubject, type Placements } from "./placements.js";
+import { SessionRegistry } from "./sessions.js";
 import { assertId, notFound, type EnsureResult, type Sandboxes } from "./sandboxes.js";
 import { MODES, parseMode, resolveWorkspace, type SandboxMode } from "./spec.js";
 
@@ -35,8 +37,12 @@ export class Router {
   readonly #bus: Bus;
   readonly #sandboxes: Sandboxes;
   readonly #placements: Placements;
+  readonly #operator: OperatorConfig;
+  readonly #sessions: SessionRegistry;
 
-  constructor(bus: Bus, sandboxes: Sandboxes, placements: Placements) {
+  constructor(bus: Bus, sandboxes: Sandboxes, placements: Placements, operator: OperatorConfig) {
+    this.#operator = operator;
+    this.#sessions = new SessionRegistry(bus);
     this.#bus = bus;
     this.#sandboxes = sandboxes;
     this.#placements = placements;
@@ -47,7 +53,13 @@ export class Router {
     assertId("session id", request.sessionId);
     assertId("tenant", request.tenant);
     const mode = parseMode(request.mode);
-    const input = { sessionId: request.sessionId, tenant: request.tenant, mode, workspace: await resolveWorkspace(request.workspace, mode) };
+    const widest = this.#operator.tenants[request.tenant]?.max_sandbox_mode ?? "workspace-write";
+    if (modeRank(mode) > modeRank(widest)) {
+      throw new TackError("sandbox.mode_not_allowed", `tenant ${request.tenant} may use sandbox modes up to ${widest} (max_sandbox_mode), not ${mode}`, { details: { limit: "max_sandbox_mode", value: widest } });
+    }
+    // The tenant and workspace must be the ones the loop logged for this session; the request alone proves nothing.
+    await this.#sessions.verify(request.sessionId, request.tenant, request.workspace);
+    const input = { sessionId: request.sessionId, tenant: request.tenant, mode, workspace: resolveWorkspace(request.workspace, request.tenant, this.#operator) };
     for (let attempt = 0; attempt < 3; attempt++) {
       const result = await this.#sandboxes.ensure(input);
       if ("local" in result) return result.local;

@@ -6,12 +6,14 @@ import type { AgentChannel, AgentListing } from "./agent.js";
 import type { InstalledAgent } from "./agent-copy.js";
 import { removeContainer, reopen, startNew, type RuntimeCheck, type Started } from "./container.js";
 import { dockerFailure, statusOf } from "./docker.js";
+import type { Egress } from "./egress.js";
 import { runExec } from "./exec.js";
-import { collectAbandoned, disposeReplicaDir, removeSlotAt } from "./mounts.js";
+import { randomBytes } from "node:crypto";
+import { collectAbandoned, disposeReplicaDir, removeSlotAt, SlotMounts } from "./mounts.js";
 import type { CompiledOptions } from "./options.js";
 import type { Placement, Placements } from "./placements.js";
 import type { Pool } from "./pool.js";
-import { containerName, containerOptions, LABELS, parseContainerName, pidsLimit, type SandboxMode, type Workspace } from "./spec.js";
+import { containerName, containerOptions, LABELS, needsMapping, parseContainerName, pidsLimit, type SandboxMode, type Workspace } from "./spec.js";
 
 /** What `ensure` asks for: the session's container of this mode, on this workspace. */
 export interface EnsureInput {
@@ -49,6 +51,8 @@ interface Entry {
   activeExecs: number;
 }
 
+// A tenant the operator configuration does not list gets the configuration's default.
+const DEFAULT_MAX_SANDBOXES = 10;
 // A replica is declared dead after failing to answer pings for this long (at least two sweeps).
 const DEAD_AFTER_MS = 1000;
 // A pool slot or replica directory nobody uses is collected once it is this old.
@@ -85,12 +89,13 @@ export class Sandboxes {
   readonly #pool: Pool | undefined;
   readonly #runtimes: RuntimeCheck;
   readonly #warn: (message: string) => void;
+  readonly #egress: Egress;
   readonly #entries = new Map<string, Entry>();
   readonly #agent: InstalledAgent;
   readonly #locks = new Map<string, Promise<void>>();
   readonly #suspects = new Map<string, number>();
 
-  constructor(docker: Docker, options: CompiledOptions, placements: Placements, pool: Pool | undefined, runtimes: RuntimeCheck, warn: (message: string) => void, agent: InstalledAgent) {
+  constructor(docker: Docker, options: CompiledOptions, placements: Placements, pool: Pool | undefined, runtimes: RuntimeCheck, warn: (message: string) => void, egress: Egress, agent: InstalledAgent) {
     this.#agent = agent;
     this.#docker = docker;
     this.#options = options;
@@ -98,6 +103,39 @@ export class Sandboxes {
     this.#pool = pool;
     this.#runtimes = runtimes;
     this.#warn = warn;
+    this.#egress = egress;
+  }
+
+  #ownMounts: Promise<SlotMounts> | undefined;
+
+  // The tenant's max_sandboxes, counted over the containers this replica holds (each replica enforces it for its own).
+  #checkTenantLimit(tenant: string): void {
+    const max = this.#options.operator.tenants[tenant]?.max_sandboxes ?? DEFAULT_MAX_SANDBOXES;
+    const running = [...this.#entries.values()].filter((entry) => entry.tenant === tenant).length;
+    if (running >= max) {
+      throw new TackError(
+        "sandbox.limit_exceeded",
+        `tenant ${tenant} may have at most ${max} sandbox containers at once (max_sandboxes) and has ${running}; end or delete a session, or ask the operator to raise it`,
+        { details: { limit: "max_sandboxes", value: String(max) } },
+      );
+    }
+  }
+
+  /** Removes this replica's mount directory (the pool's slots and ID-mapped workspaces); only once no container of it is left. */
+  async disposeMounts(): Promise<void> {
+    const mounts = this.#pool?.mounts ?? (await this.#ownMounts?.catch(() => undefined));
+    this.#ownMounts = undefined;
+    await mounts?.dispose();
+  }
+
+  // The replica directory holding ID-mapped workspaces: the pool's when there is one, else prepared on first need.
+  #mounts(): Promise<SlotMounts> {
+    if (this.#pool) return Promise.resolve(this.#pool.mounts);
+    this.#ownMounts ??= SlotMounts.prepare(join(this.#options.poolDir, this.#options.namespace, this.#options.replicaId));
+    return this.#ownMounts.catch((error: unknown) => {
+      this.#ownMounts = undefined;
+      throw error;
+    });
   }
 
   /**
@@ -153,6 +191,7 @@ export class Sandboxes {
         this.#entries.delete(k);
         await this.#placements.delete(input.sessionId, input.mode, entry.containerId);
       }
+      this.#checkTenantLimit(input.tenant);
       return this.#create(input);
     });
   }
@@ -195,6 +234,7 @@ export class Sandboxes {
         const current = this.#entries.get(k) ?? (await this.#fromRecord(sessionId, mode));
         if (current && !("owner" in current) && !current.channel) {
           // Taken back after a restart: attach to it (starting it if the host restarted meanwhile).
+          if (mode === "danger-full-access") await this.#egress.grant();
           current.channel = await reopen(this.#docker, current.containerId, label(sessionId, mode));
           if (!current.channel) {
             this.#entries.delete(k);
@@ -331,7 +371,11 @@ export class Sandboxes {
         return this.#ownerNow(sessionId, mode);
       }
       try {
-        await Promise.all([this.#pool.mounts.bind(slot.slotId, workspace.path, mode === "read-only"), this.#rename(slot.containerId, containerName(this.#options.namespace, sessionId, mode))]);
+        const readOnly = mode === "read-only";
+        const bound = needsMapping(workspace)
+          ? this.#pool.mounts.bindMapped(slot.slotId, workspace.path, readOnly, workspace.owner, workspace)
+          : this.#pool.mounts.bind(slot.slotId, workspace.path, readOnly);
+        await Promise.all([bound, this.#rename(slot.containerId, containerName(this.#options.namespace, sessionId, mode))]);
       } catch (error) {
         slot.channel.close();
         await this.#pool.discard(slot);
@@ -345,17 +389,30 @@ export class Sandboxes {
       return { local: { containerId: slot.containerId, created: true, runtime: this.#options.runtime, pooled: true } };
     }
 
-    const network = mode === "danger-full-access";
-    const runtime = await this.#runtimes.check(network);
+    const runtime = await this.#runtimes.check(false);
+    // A networked sandbox joins the namespace's egress-guarded network under the runtime's networked twin (runsc-net), both checked now, or is refused.
+    const grant = mode === "danger-full-access" ? await this.#egress.grant() : undefined;
+    const mapped = needsMapping(workspace);
+    if (mapped && /(^|\/)runsc$/.test(runtime.path ?? "")) {
+      // gVisor's gofer (this version) cannot serve files through an idmapped mount: refuse rather than run as the owner.
+      throw new TackError(
+        "sandbox.ownership_mapping_unsupported",
+        `workspace ${workspace.path} is owned by ${workspace.owner.uid}:${workspace.owner.gid}, not by the sandbox user ${workspace.uid}:${workspace.gid}, and runtime ${this.#options.runtime} cannot map one onto the other; ` +
+          `run \`chown -R ${workspace.uid}:${workspace.gid} ${workspace.path}\` or use the runc runtime`,
+        { details: { workspace: workspace.path, runtime: this.#options.runtime } },
+      );
+    }
     // Reserved before the container starts, so that another replica asked at the same time defers to this one.
     const revision = await this.#placements.create(sessionId, mode, { ...base, container_id: "" });
     if (revision === undefined) return this.#ownerNow(sessionId, mode);
     let started: Started | undefined;
+    let mountPath: string | undefined;
     try {
+      if (mapped) mountPath = await (await this.#mounts()).createMapped(`direct-${randomBytes(6).toString("hex")}`, workspace.path, mode === "read-only", workspace.owner, workspace);
       started = await startNew(this.#docker, containerOptions({
         name: containerName(this.#options.namespace, sessionId, mode),
         image: this.#options.image,
-        runtime: this.#options.runtime,
+        runtime: grant?.runtime ?? this.#options.runtime,
         labels: {
           [LABELS.namespace]: this.#options.namespace,
           [LABELS.replica]: this.#options.replicaId,
@@ -363,14 +420,15 @@ export class Sandboxes {
           [LABELS.tenant]: input.tenant,
           [LABELS.mode]: mode,
           [LABELS.workspace]: workspace.path,
+          ...(mountPath ? { [LABELS.mount]: mountPath } : {}),
         },
         user: workspace,
-        workspace: { kind: "direct", path: workspace.path, readOnly: mode === "read-only" },
-        network,
+        workspace: { kind: "direct", path: mountPath ?? workspace.path, readOnly: mode === "read-only" },
+        network: grant?.network ?? false,
         pidsLimit: pidsLimit(runtime.path),
         agentDir: this.#agent.dir,
       }), label(sessionId, mode));
-      const placement: Placement = { ...base, container_id: started.id };
+      const placement: Placement = { ...base, container_id: started.id, ...(mountPath ? { slot: mountPath } : {}) };
       await this.#placements.update(sessionId, mode, placement, revision);
       this.#remember(sessionId, mode, placement, started.channel);
     } catch (error) {
@@ -378,6 +436,7 @@ export class Sandboxes {
         started.channel.close();
         await removeContainer(this.#docker, started.id);
       }
+      if (mountPath) await removeSlotAt(mountPath);
       await this.#placements.delete(sessionId, mode, "");
       throw error;
     }
@@ -449,6 +508,8 @@ export class Sandboxes {
   // Makes sure the entry's agent answers: re-attaching, or restarting a container whose agent died. False when the container is gone.
   async #revive(entry: Entry): Promise<boolean> {
     if (entry.channel?.alive) return true;
+    // A networked container may restart: its egress guard first (gone after a host reboot).
+    if (entry.mode === "danger-full-access") await this.#egress.grant();
     entry.channel = await reopen(this.#docker, entry.containerId, label(entry.sessionId, entry.mode));
     return entry.channel !== undefined;
   }
@@ -464,8 +525,7 @@ export class Sandboxes {
 
   async #removeWithSlot(info: Docker.ContainerInfo): Promise<boolean> {
     const removed = await removeContainer(this.#docker, info.Id);
-    const slot = info.Labels[LABELS.pool];
-    if (slot) await removeSlotAt(slot);
+    for (const slot of [info.Labels[LABELS.pool], info.Labels[LABELS.mount]]) if (slot) await removeSlotAt(slot);
     return removed;
   }
 

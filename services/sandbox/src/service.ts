@@ -3,6 +3,12 @@ import Docker from "dockerode";
 import { trace } from "@opentelemetry/api";
 import { Bus, inSpan } from "@tack/bus";
 import {
+  CreateWorkspaceRequest,
+  CreateWorkspaceResponse,
+  DeleteWorkspaceRequest,
+  DeleteWorkspaceResponse,
+  ExportWorkspaceRequest,
+  ExportWorkspaceResponse,
   EnsureSandboxRequest,
   EnsureSandboxResponse,
   ExecRequest,
@@ -15,12 +21,14 @@ import {
 import { installAgent } from "./agent-copy.js";
 import { engineRuntimes, RuntimeCheck } from "./container.js";
 import { dockerFailure } from "./docker.js";
+import { Egress } from "./egress.js";
 import { SlotMounts } from "./mounts.js";
 import { compileOptions, type CompiledOptions, type SandboxServiceOptions } from "./options.js";
 import { Placements, replicaSubject } from "./placements.js";
 import { Pool, type PoolStatus } from "./pool.js";
 import { Router } from "./router.js";
 import { Sandboxes } from "./sandboxes.js";
+import { ManagedWorkspaces } from "./workspaces.js";
 
 // How often the pool directory is searched for what dead processes left mounted.
 const COLLECT_EVERY_MS = 60_000;
@@ -60,10 +68,13 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
   const agent = await installAgent(compiled.agentSource, compiled.agentDir);
   const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: `tack-sandbox-${compiled.replicaId}`, ...options.natsAuth });
   const runtimes = new RuntimeCheck(docker, compiled.runtime);
+  // Networked sandboxes: the namespace's egress-guarded network and firewall rules (refused when they cannot be enforced).
+  const egress = new Egress(docker, { namespace: compiled.namespace, runtime: compiled.runtime, policy: compiled.operator.sandbox.egress, warn });
   let pool: Pool | undefined;
   let poolUnavailable: string | undefined;
   let sandboxes: Sandboxes;
   let placements: Placements;
+  let workspaces: ManagedWorkspaces;
   try {
     placements = await Placements.open(bus.nc, compiled.namespace);
     if (compiled.poolSize > 0) {
@@ -77,13 +88,16 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
       }
       if (poolUnavailable) warn(`warm pool off: ${poolUnavailable}`);
     }
-    sandboxes = new Sandboxes(docker, compiled, placements, pool, runtimes, warn, agent);
+    await egress.start();
+    sandboxes = new Sandboxes(docker, compiled, placements, pool, runtimes, warn, egress, agent);
+    workspaces = await ManagedWorkspaces.open(bus, compiled.operator);
     await sandboxes.adopt();
   } catch (error) {
+    await egress.stop(false);
     await bus.close();
     throw error;
   }
-  const router = new Router(bus, sandboxes, placements);
+  const router = new Router(bus, sandboxes, placements, compiled.operator);
 
   const inFlight = new Set<Promise<unknown>>();
   const tracked = <Req, Res>(handler: (request: Req) => Promise<Res>) => (request: Req) => {
@@ -124,6 +138,10 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
     bus.serve(own("release"), "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, release(true)),
     bus.serve(own("processes"), "sandbox", ListProcessesRequest, ListProcessesResponse, processes(true)),
     bus.nc.subscribe(own("ping"), { callback: (_error, message) => void message.respond() }),
+    // Managed workspaces live on storage every sandbox host shares, so any replica serves them.
+    bus.serve(bus.names.workspaceCreate, "sandbox", CreateWorkspaceRequest, CreateWorkspaceResponse, tracked((request: CreateWorkspaceRequest) => workspaces.create(request))),
+    bus.serve(bus.names.workspaceExport, "sandbox", ExportWorkspaceRequest, ExportWorkspaceResponse, tracked((request: ExportWorkspaceRequest) => workspaces.export(request))),
+    bus.serve(bus.names.workspaceDelete, "sandbox", DeleteWorkspaceRequest, DeleteWorkspaceResponse, tracked((request: DeleteWorkspaceRequest) => workspaces.delete(request))),
   ];
 
   // Round trip to the server so that the subscriptions are in place when this function returns.
@@ -166,8 +184,9 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
         await pool?.stop();
         if (stopOptions.removeContainers) {
           await sandboxes.removeAll();
-          await pool?.mounts.dispose();
+          await sandboxes.disposeMounts();
         }
+        await egress.stop(Boolean(stopOptions.removeContainers));
         sandboxes.closeChannels();
         // The bus publishes a reply a tick after its handler settles; let the last ones go out before draining.
         await new Promise((resolve) => setImmediate(resolve));

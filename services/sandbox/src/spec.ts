@@ -1,9 +1,7 @@
-import { realpath, stat } from "node:fs/promises";
-import { isAbsolute } from "node:path";
 import type { ContainerCreateOptions } from "dockerode";
 import { TackError } from "@tack/bus";
 
-import { isSandboxMode, SANDBOX_MODES as MODES, type SandboxMode } from "@tack/config";
+import { authorizeWorkspace, isSandboxMode, SANDBOX_MODES as MODES, WorkspaceAccessError, type OperatorConfig, type SandboxMode } from "@tack/config";
 
 export { MODES, type SandboxMode };
 
@@ -21,13 +19,13 @@ export const LABELS = {
   mode: "tack.mode",
   workspace: "tack.workspace",
   pool: "tack.pool",
+  /** Host directory holding the workspace through an ID mapping, for a container created directly (removed with it). */
+  mount: "tack.mount",
 } as const;
 
 /** Where the session's workspace is mounted inside the container, and the default cwd of commands. */
 export const WORKSPACE_MOUNT = "/workspace";
 
-/** The user of a root-owned workspace, and the user warm pool containers are created for. */
-export const DEFAULT_USER = { uid: 1000, gid: 1000 } as const;
 const GIB = 1024 ** 3;
 
 /** Checks that `mode` is a sandbox mode, failing with `sandbox.bad_mode` that lists the valid ones. */
@@ -40,46 +38,34 @@ export function parseMode(mode: string): SandboxMode {
 export interface Workspace {
   /** Canonical host path (symlinks resolved), bind-mounted at /workspace. */
   readonly path: string;
+  /** The sandbox user, fixed by the operator's configuration (never the workspace owner's id). */
   readonly uid: number;
   readonly gid: number;
+  /** The directory's owner on the host; when it is not the sandbox user, /workspace is an idmapped mount mapping one onto the other. */
+  readonly owner: { readonly uid: number; readonly gid: number };
+}
+
+/** True when the workspace's owner differs from the sandbox user, so it is mounted through an ID mapping. */
+export function needsMapping(workspace: Workspace): boolean {
+  return workspace.owner.uid !== workspace.uid || workspace.owner.gid !== workspace.gid;
 }
 
 /**
- * Resolves the workspace directory and picks the user: its owner, so files written in the
- * sandbox belong to whoever owns the workspace, or uid 1000 when root owns it. Commands
- * never run as root, so a root-owned workspace cannot be written and is refused in the
- * writable modes instead of failing on the first write, and one closed to others is refused
- * in read-only mode too.
+ * Resolves a session's workspace under the operator's rules (`authorizeWorkspace`: inside the
+ * tenant's roots or one of its managed workspaces, never overlapping Tack's own files) and
+ * gives it the configured sandbox user. The check is repeated here, where the mount happens,
+ * whatever the gateway checked. Refusals are `sandbox.workspace_forbidden`,
+ * `sandbox.workspace_missing` or `sandbox.bad_workspace`.
  */
-export async function resolveWorkspace(path: string, mode: SandboxMode): Promise<Workspace> {
-  if (!path || !isAbsolute(path)) {
-    throw new TackError("sandbox.bad_workspace", `workspace ${JSON.stringify(path)} is not an absolute host path; pass the project directory as an absolute path`);
-  }
-  let canonical: string;
+export function resolveWorkspace(path: string, tenant: string, config: OperatorConfig): Workspace {
   try {
-    canonical = await realpath(path);
-  } catch {
-    throw new TackError("sandbox.workspace_missing", `workspace directory ${path} does not exist on the sandbox host; create it or pass an existing directory`);
+    const { path: canonical, owner } = authorizeWorkspace(config, tenant, path);
+    return { path: canonical, ...config.sandbox, owner };
+  } catch (error) {
+    if (!(error instanceof WorkspaceAccessError)) throw error;
+    const code = error.reason === "forbidden" ? "sandbox.workspace_forbidden" : error.reason === "missing" ? "sandbox.workspace_missing" : "sandbox.bad_workspace";
+    throw new TackError(code, error.message, { details: error.details });
   }
-  const info = await stat(canonical);
-  if (!info.isDirectory()) {
-    throw new TackError("sandbox.bad_workspace", `workspace ${path} is not a directory; pass the project directory`);
-  }
-  if (info.uid !== 0) return { path: canonical, uid: info.uid, gid: info.gid };
-  if (mode !== "read-only") {
-    throw new TackError(
-      "sandbox.workspace_owned_by_root",
-      `workspace ${path} is owned by root and sandboxes never run as root, so mode ${mode} could not write to it; run \`chown -R 1000:1000 ${path}\``,
-    );
-  }
-  // Commands run as uid 1000, which only gets in through the permission bits for others.
-  if ((info.mode & 0o005) !== 0o005) {
-    throw new TackError(
-      "sandbox.workspace_unreadable",
-      `workspace ${path} is owned by root and closed to other users (mode ${(info.mode & 0o777).toString(8)}), so the sandbox's unprivileged user could not enter it; run \`chmod o+rx ${path}\` or \`chown -R 1000:1000 ${path}\``,
-    );
-  }
-  return { path: canonical, ...DEFAULT_USER };
 }
 
 /** The name of a session's container of one mode: `.` cannot occur in ids, so the name parses back. */
@@ -120,7 +106,8 @@ export interface SandboxSpec {
   readonly labels: Record<string, string>;
   readonly user: { readonly uid: number; readonly gid: number };
   readonly workspace: WorkspaceMount;
-  readonly network: boolean;
+  /** The Docker network of a networked sandbox (its namespace's egress-guarded one, see egress.ts), or false for none. */
+  readonly network: string | false;
   /** From {@link pidsLimit}. */
   readonly pidsLimit: number;
   /** The host directory holding the exec agent: the root-owned, content-addressed copy from `installAgent`, never the checkout. */
@@ -178,7 +165,7 @@ export function containerOptions(spec: SandboxSpec): ContainerCreateOptions {
         "/home/tack": `rw,nosuid,nodev,size=64m,uid=${uid},gid=${gid},mode=0755`,
       },
       Mounts: [workspace, { Type: "bind", Source: spec.agentDir, Target: AGENT_MOUNT, ReadOnly: true }],
-      NetworkMode: spec.network ? "bridge" : "none",
+      NetworkMode: spec.network || "none",
       PidsLimit: spec.pidsLimit,
       Memory: GIB,
       // Equal to Memory: no swap on top of the memory limit.

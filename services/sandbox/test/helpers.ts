@@ -5,7 +5,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { Kvm } from "@nats-io/kv";
-import { Bus } from "@tack/bus";
+import { assertToken, Bus } from "@tack/bus";
+import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
+import { removeNamespace } from "@tack/testkit";
 import {
   EnsureSandboxRequest,
   EnsureSandboxResponse,
@@ -15,6 +17,7 @@ import {
   ListProcessesResponse,
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
+  SessionCreated,
 } from "@tack/proto";
 import { placementBucket, startSandboxService, type SandboxService, type SandboxServiceOptions } from "../src/index.js";
 
@@ -66,8 +69,37 @@ export class Harness {
     return `tack-${this.namespace}-${sessionId}.${mode}`;
   }
 
-  ensure(request: Partial<EnsureSandboxRequest> & { sessionId: string; workspace: string }): Promise<EnsureSandboxResponse> {
-    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, { tenant: "acme", mode: "workspace-write", ...request }, EnsureSandboxResponse);
+  /**
+   * Asks for the session's sandbox. Like the loop, first logs the session's `session/created`
+   * (tenant and workspace), which the service checks the request against; `log: false` sends
+   * the request alone, as a forger would.
+   */
+  async ensure(request: Partial<EnsureSandboxRequest> & { sessionId: string; workspace: string }, options: { log?: boolean } = {}): Promise<EnsureSandboxResponse> {
+    const full = { tenant: "acme", mode: "workspace-write", ...request };
+    if (options.log !== false) await this.logSession(full.sessionId, full.tenant, full.workspace);
+    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, full, EnsureSandboxResponse);
+  }
+
+  readonly #logged = new Map<string, Promise<void>>();
+
+  /** Writes a session's opening event as the loop would (once per session; ids that are not valid tokens are left to the service to refuse). */
+  logSession(sessionId: string, tenant: string, workspace: string): Promise<void> {
+    try {
+      assertToken("session", sessionId);
+      assertToken("tenant", tenant);
+    } catch {
+      return Promise.resolve();
+    }
+    let logged = this.#logged.get(sessionId);
+    if (!logged) {
+      logged = (async () => {
+        await ensureLogStream(this.bus.nc, this.bus.names);
+        const writer = await SessionLogWriter.open(this.bus.nc, this.bus.names, { tenant, sessionId });
+        if (writer.lastSeq === 0) await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId, tenant, workspace, formatVersion: FORMAT_VERSION, mode: "standard" }), "test"));
+      })();
+      this.#logged.set(sessionId, logged);
+    }
+    return logged;
   }
 
   async exec(sessionId: string, argv: string[], options: Partial<Omit<ExecRequest, "stdin">> & { stdin?: string } = {}): Promise<ExecResult> {
@@ -104,6 +136,7 @@ export class Harness {
   async cleanup(): Promise<void> {
     await this.service.stop({ removeContainers: true });
     await new Kvm(this.bus.nc).open(placementBucket(this.namespace)).then((kv) => kv.destroy()).catch(() => undefined);
+    await removeNamespace(this.bus.nc, this.namespace);
     await this.bus.close();
     await Promise.all(this.#workspaces.map((dir) => rm(dir, { recursive: true, force: true })));
   }

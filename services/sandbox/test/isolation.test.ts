@@ -26,10 +26,12 @@ describe("sandbox isolation", () => {
     expect((await h.exec("rw", ["id", "-g"])).stdout).toBe("1000\n");
   });
 
-  it("isolation - a workspace owned by another user runs commands as that user", async () => {
-    await h.ensure({ sessionId: "other-owner", workspace: await h.workspace(1234, 1234) });
-    expect((await h.exec("other-owner", ["id", "-u"])).stdout).toBe("1234\n");
+  it("isolation - a workspace owned by another user runs commands as the configured user, writing as the owner through an ID mapping", async () => {
+    const workspace = await h.workspace(1234, 1234);
+    await h.ensure({ sessionId: "other-owner", workspace });
+    expect((await h.exec("other-owner", ["id", "-u"])).stdout).toBe("1000\n");
     expect((await h.exec("other-owner", ["touch", "/workspace/mine"])).exitCode).toBe(0);
+    expect((await stat(join(workspace, "mine"))).uid).toBe(1234);
   });
 
   it("isolation - no capabilities and no-new-privileges", async () => {

@@ -56,12 +56,14 @@ describe("sandbox warm pool", () => {
     expect((await h.exec("p-ro", ["mount", "-o", "remount,rw", "/workspace"])).exitCode).not.toBe(0);
   });
 
-  it("pool - sessions the pool cannot serve start cold: network, or another workspace owner", async () => {
+  it("pool - a networked session starts cold; a workspace of another owner is served from the pool through an ID mapping", async () => {
     const full = await h.ensure({ sessionId: "p-net", workspace: await h.workspace(), mode: "danger-full-access" });
     expect((await docker.getContainer(full.containerId).inspect()).Config.Labels["tack.pool"]).toBeUndefined();
-    const other = await h.ensure({ sessionId: "p-uid", workspace: await h.workspace(1234, 1234) });
-    expect((await docker.getContainer(other.containerId).inspect()).Config.Labels["tack.pool"]).toBeUndefined();
-    expect((await h.exec("p-uid", ["id", "-u"])).stdout).toBe("1234\n");
+    const workspace = await h.workspace(1234, 1234);
+    const other = await h.ensure({ sessionId: "p-uid", workspace });
+    expect((await docker.getContainer(other.containerId).inspect()).Config.Labels["tack.pool"]).toBeDefined();
+    expect((await h.exec("p-uid", ["bash", "-c", "id -u; touch mine"])).stdout).toBe("1000\n");
+    expect((await stat(join(workspace, "mine"))).uid).toBe(1234);
   });
 
   it("pool - release unmounts the workspace from the host and removes the container", async () => {

@@ -1,6 +1,6 @@
 import { release } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { docker, Harness, rejection } from "./helpers.js";
+import { docker, Harness } from "./helpers.js";
 
 describe("sandbox under gVisor", () => {
   let h: Harness;
@@ -20,10 +20,12 @@ describe("sandbox under gVisor", () => {
     expect((await h.exec("g1", ["uname", "-r"])).stdout.trim()).not.toBe(release());
   });
 
-  it("runsc - danger-full-access is refused when the runtime is declared without a network", async () => {
-    // scripts/ensure-docker.sh declares runsc with --network=none, which would leave this mode silently offline.
-    const error = await rejection(h.ensure({ sessionId: "g2", workspace: await h.workspace(), mode: "danger-full-access" }));
-    expect(error.code).toBe("sandbox.runtime_without_network");
-    expect(await h.containerIds("g2")).toEqual([]);
+  it("runsc - danger-full-access runs under gVisor with a network (runsc-net), never under another runtime", async () => {
+    // scripts/ensure-docker.sh declares runsc with --network=none and runsc-net, the same binary, for the networked mode;
+    // an engine without runsc-net refuses the mode (sandbox.runtime_without_network). Its egress guard: egress.test.ts.
+    const ensured = await h.ensure({ sessionId: "g2", workspace: await h.workspace(), mode: "danger-full-access" });
+    expect(ensured).toMatchObject({ created: true, runtime: "runsc" });
+    expect((await docker.getContainer(ensured.containerId).inspect()).HostConfig.Runtime).toBe("runsc-net");
+    expect((await h.exec("g2", ["uname", "-r"], { mode: "danger-full-access" })).stdout.trim()).not.toBe(release());
   });
 });

@@ -1,6 +1,7 @@
 // `tack up`: NATS and every service in the foreground, until Ctrl-C or `tack down`.
+import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { chown, cp, readdir, readFile, rm } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join, relative } from "node:path";
 import { TackError } from "@tack/bus";
@@ -18,10 +19,7 @@ type UpCommand = Extract<Command, { name: "up" }>;
 export const DEFAULT_GATEWAY_PORT = 7700;
 
 const DEMO_TASK = "Show me around this sandbox: what system is this and who am I? Then write a short note, read it back and search the workspace for the word \"sandbox\".";
-const DEMO_WORKSPACE = "demo-workspace";
 const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
-// The sandbox runs as uid/gid 1000 and refuses a writable workspace it does not own.
-const SANDBOX_UID = 1000;
 
 /** Runs `tack up` in `cwd` (state in `cwd/.tack`); resolves with the exit code once everything has stopped. */
 export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.ProcessEnv): Promise<number> {
@@ -73,14 +71,12 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
     return rel === "" ? "." : rel.startsWith("..") ? path : rel;
   };
   const demo = command.demo && !deepseekKeyConfigured(env);
-  // As root, a workspace root owns is refused by the sandbox; the demo's copy belongs to the sandbox user.
-  const tryWorkspace = demo ? ` --workspace ${shown(join(stateDir, DEMO_WORKSPACE))}` : "";
   process.stdout.write([
     `  gateway  ${tack.gatewayUrl}`,
     `  API key  ${apiKeyFile ? `${shown(apiKeyFile)} (send it as \`Authorization: Bearer <key>\`)` : "from TACK_API_KEY"}`,
     `  NATS     ${tack.natsUrl}${env.NATS_URL ? "" : ` (started here, data in ${shown(join(stateDir, "nats"))}, one user per service in ${shown(join(stateDir, "bus"))}/)`}`,
     `  logs     ${shown(join(stateDir, "logs"))}/`,
-    `  try      tack run "list the files" --model scripted:${shown(join(examplesDir, "hello.json"))}${tryWorkspace}`,
+    `  try      tack run "list the files" --model scripted:${shown(join(examplesDir, "hello.json"))}   (in a project directory under your home)`,
     "  stop     Ctrl-C here, or `tack down` in another terminal",
     "",
   ].join("\n"));
@@ -88,7 +84,7 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
   if (command.demo && !demo) {
     process.stdout.write("A DeepSeek key is configured, so no scripted demo runs: try `tack run \"explain this repository\"` in a project directory.\n");
   } else if (demo && !stopRequested.signal.aborted) {
-    await runDemo(tack, stateDir, stopRequested.signal).catch((error: unknown) => {
+    await runDemo(tack, stopRequested.signal).catch((error: unknown) => {
       process.stderr.write(`✗ the demo failed: ${TackError.from(error).message}\n`);
     });
   }
@@ -103,20 +99,16 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
 }
 
 /**
- * Copies `examples/demo-workspace` to `.tack/demo-workspace` (fresh each time) and runs
- * `examples/demo.json` on it with the scripted provider, printing the transcript.
+ * Uploads `examples/demo-workspace` as a managed workspace (a tar archive, as an internal tool
+ * would) and runs `examples/demo.json` on it with the scripted provider, printing the transcript.
  */
-async function runDemo(tack: Launched, stateDir: string, signal: AbortSignal): Promise<void> {
-  const workspace = join(stateDir, DEMO_WORKSPACE);
-  await rm(workspace, { recursive: true, force: true });
-  await cp(join(examplesDir, "demo-workspace"), workspace, { recursive: true });
-  if (process.getuid?.() === 0) {
-    for (const entry of [".", ...(await readdir(workspace, { recursive: true }))]) await chown(join(workspace, entry), SANDBOX_UID, SANDBOX_UID);
-  }
+async function runDemo(tack: Launched, signal: AbortSignal): Promise<void> {
   const client = new GatewayClient({ url: tack.gatewayUrl, apiKey: tack.apiKey });
+  const archive = execFileSync("tar", ["-c", "-C", join(examplesDir, "demo-workspace"), "."], { maxBuffer: 64 << 20 });
+  const workspace = await client.createWorkspace(archive, "Tack demo");
   const model = `scripted:${join(examplesDir, "demo.json")}`;
-  const { id } = await client.createSession({ workspace, model, title: "Tack demo" });
-  process.stdout.write(`\nDemo: session ${id} · ${model} · ${workspace}\n`);
+  const { id } = await client.createSession({ workspace_id: workspace.id, model, title: "Tack demo" });
+  process.stdout.write(`\nDemo: session ${id} · ${model} · managed workspace ${workspace.id}\n`);
   const { turn } = await client.postMessage(id, DEMO_TASK);
   await followTurn(client, id, turn, { json: false, signal });
 }
