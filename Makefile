@@ -37,4 +37,4 @@ gen: deps ## regenerate TypeScript and docs/events.md from proto/
 	@node scripts/gen.mjs
 
 bench: deps sandbox-image ## run the benchmark; writes bench/results/latest.json
-	@npx tsx bench/run.ts
+	@TACK_CONFIG=bench/operator.yaml npx tsx bench/run.ts

@@ -9,7 +9,9 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { Kvm } from "@nats-io/kv";
 import { Bus } from "@tack/bus";
-import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ReleaseSandboxRequest, ReleaseSandboxResponse } from "@tack/proto";
+import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
+import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, SessionCreated } from "@tack/proto";
+import { removeNamespace } from "@tack/testkit";
 import { placementBucket, startSandboxService, type SandboxService, type SandboxServiceOptions } from "@tack/sandbox-service";
 
 const EXEC_WARMUP = 20;
@@ -47,7 +49,11 @@ class Rig {
     return dir;
   }
 
-  ensure(sessionId: string, workspace: string): Promise<EnsureSandboxResponse> {
+  /** Logs the session's `session/created` as the loop would (the service checks requests against it), then asks for its sandbox. */
+  async ensure(sessionId: string, workspace: string): Promise<EnsureSandboxResponse> {
+    await ensureLogStream(this.bus.nc, this.bus.names);
+    const writer = await SessionLogWriter.open(this.bus.nc, this.bus.names, { tenant: "bench", sessionId });
+    if (writer.lastSeq === 0) await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId, tenant: "bench", workspace, mode: "standard", formatVersion: FORMAT_VERSION }), "bench"));
     return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, { sessionId, tenant: "bench", workspace, mode: "workspace-write" }, EnsureSandboxResponse, { timeoutMs: 120_000 });
   }
 
@@ -70,6 +76,7 @@ class Rig {
   async close(): Promise<void> {
     await this.service.stop({ removeContainers: true });
     await new Kvm(this.bus.nc).open(placementBucket(this.service.options.namespace)).then((kv) => kv.destroy()).catch(() => undefined);
+    await removeNamespace(this.bus.nc, this.service.options.namespace);
     await this.bus.close();
     await Promise.all(this.workspaces.map((dir) => rm(dir, { recursive: true, force: true })));
   }
