@@ -174,6 +174,8 @@ export interface Ids {
 }
 
 const IDMAP_HELPER = fileURLToPath(new URL("./idmap.py", import.meta.url));
+// The system's Python, never one found on PATH: the helper runs as root (and a version manager's shim adds ~250 ms).
+const SYSTEM_PYTHON = "/usr/bin/python3";
 
 /**
  * Mounts `source` onto `target` so that files `owner` owns on disk appear owned by `user` (and
@@ -182,12 +184,12 @@ const IDMAP_HELPER = fileURLToPath(new URL("./idmap.py", import.meta.url));
  */
 export async function idmappedMount(source: string, target: string, readOnly: boolean, owner: Ids, user: Ids): Promise<void> {
   try {
-    await run("python3", ["-I", "-S", IDMAP_HELPER, source, target, String(owner.uid), String(owner.gid), String(user.uid), String(user.gid), readOnly ? "1" : "0"]);
+    await run(SYSTEM_PYTHON, ["-I", "-S", IDMAP_HELPER, source, target, String(owner.uid), String(owner.gid), String(user.uid), String(user.gid), readOnly ? "1" : "0"]);
   } catch (error) {
     const said = ((error as { stdout?: string }).stdout ?? "").trim() || (error as Error).message.trim();
     throw new TackError(
       "sandbox.ownership_mapping_failed",
-      `could not mount workspace ${source} with its owner ${owner.uid}:${owner.gid} mapped to the sandbox user ${user.uid}:${user.gid} (${said}); run the sandbox service as root on a Linux >= 5.12 host, or \`chown -R ${user.uid}:${user.gid} ${source}\``,
+      `could not mount workspace ${source} with its owner ${owner.uid}:${owner.gid} mapped to the sandbox user ${user.uid}:${user.gid} (${said}); run the sandbox service as root on a Linux >= 5.12 host with ${SYSTEM_PYTHON} (Debian package python3), or \`chown -R ${user.uid}:${user.gid} ${source}\``,
       { cause: error },
     );
   }
