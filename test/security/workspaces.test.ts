@@ -209,6 +209,12 @@ describe("security: workspaces", () => {
     expect(r.status).toBe(413);
     expect(body.error.code).toBe("gateway.upload_too_large");
     expect(body.error.message).toContain("65536");
+    // Without a Content-Length (chunked), the stream itself is cut at the limit.
+    const chunked = await api("acme", "/v1/workspaces", {
+      method: "POST", body: new Blob([big]).stream(), headers: { "content-type": "application/x-tar" }, duplex: "half",
+    } as RequestInit & { duplex: "half" });
+    expect(chunked.status).toBe(413);
+    expect(((await chunked.json()) as { error: { code: string } }).error.code).toBe("gateway.upload_too_large");
     expect(((await (await api("acme", "/v1/workspaces")).json()) as { workspaces: unknown[] }).workspaces).toEqual([]);
     const r2 = await api("acme", "/v1/workspaces", { method: "POST", body: "not a tar", headers: { "content-type": "text/plain" } });
     expect(r2.status).toBe(415);

@@ -203,6 +203,13 @@ function realpathOrSelf(path: string): string {
   }
 }
 
+const UNLISTED_TENANT: TenantPolicy = TenantPolicySchema.parse({});
+
+/** The policy of `tenant`: its own, or the defaults for a tenant the configuration does not list. */
+export function tenantPolicy(config: OperatorConfig, tenant: string): TenantPolicy {
+  return config.tenants[tenant] ?? UNLISTED_TENANT;
+}
+
 /** True when `path` is `dir` or inside it (both canonical). */
 export function isInside(path: string, dir: string): boolean {
   return path === dir || path.startsWith(dir.endsWith("/") ? dir : `${dir}/`);

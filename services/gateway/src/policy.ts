@@ -3,7 +3,7 @@
 // and requests per minute. Counts of streams and requests are kept in this gateway process;
 // with several gateway replicas each enforces them on its own share. `max_sandboxes` and
 // `budget_usd` are enforced by the sandbox service and the loop, which read the same file.
-import { compileOperatorConfig, modeRank, SANDBOX_MODES, type OperatorConfig, type SandboxMode, type TenantPolicy } from "@tack/config";
+import { modeRank, SANDBOX_MODES, tenantPolicy, type OperatorConfig, type SandboxMode, type TenantPolicy } from "@tack/config";
 import { GatewayError } from "./errors.js";
 import type { Exchange, Interceptor } from "./http.js";
 import type { SessionIndex } from "./store.js";
@@ -16,7 +16,6 @@ interface OpenStream {
 
 // A tenant the configuration does not list (the TACK_API_KEY tenant of a file that names others)
 // gets the schema's defaults, derived from the schema itself so they cannot drift.
-const DEFAULT_POLICY: TenantPolicy = compileOperatorConfig({ tenants: { unlisted: {} } }, { stateDir: "/", baseDir: "/", source: undefined }).tenants.unlisted!;
 
 /** The narrower of two sandbox modes. */
 function narrower(a: SandboxMode, b: SandboxMode): SandboxMode {
@@ -50,7 +49,7 @@ export class TenantPolicies {
 
   /** The tenant's policy: as configured, else the defaults. */
   policy(tenant: string): TenantPolicy {
-    return this.#operator.tenants[tenant] ?? DEFAULT_POLICY;
+    return tenantPolicy(this.#operator, tenant);
   }
 
   /** Open event streams of the tenant in this process. */

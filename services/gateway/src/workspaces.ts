@@ -125,7 +125,9 @@ export class WorkspaceRoutes {
       if (hasBody) {
         archiveObject = `${tenant}.${id}.upload`;
         await (await this.#objects()).put({ name: archiveObject }, Readable.toWeb(exchange.req.pipe(limit(max))) as unknown as ReadableStream<Uint8Array>).catch((error: unknown) => {
-          throw error instanceof GatewayError ? error : (error as Error & { cause?: unknown }).cause instanceof GatewayError ? (error as { cause: GatewayError }).cause : error;
+          // The object store wraps the stream's own failure (the 413 of `limit`): answer with that one.
+          const cause = (error as { cause?: unknown }).cause;
+          throw cause instanceof GatewayError ? cause : error;
         });
       }
       try {

@@ -13,7 +13,7 @@ export const DECISIONS = ["allow_once", "reject"] as const;
 export type Decision = (typeof DECISIONS)[number];
 
 
-/** Wording the model reads for each way an escalation ends (REFERENCE §3); every one but allowed-once says the command did not run. */
+/** Wording the model reads for each way an escalation ends; every one but allowed-once says the command did not run. */
 export const APPROVAL_TEXT = {
   allowedOnce: (mode: string, session: string) =>
     `Approved once by the user: this call ran in sandbox mode ${mode}; later calls run in ${session} again.`,

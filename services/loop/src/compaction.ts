@@ -3,7 +3,7 @@ import { draft, spillPath, type Draft, type ModelRequest, type Projection, type 
 import { ChatMessage, Role, Surface_Kind, type CompleteDone, type ContextPruned, type Event, type ToolResult, type Usage } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 
-/** Settings of spilling, pruning and summarizing (cheapest first, REFERENCE §2), validated once by the service. */
+/** Settings of spilling, pruning and summarizing (cheapest first), validated once by the service. */
 export interface CompactionSettings {
   /** Tool results over this many UTF-8 bytes are stored whole in the object store; the log keeps a preview. */
   readonly spillBytes: number;

@@ -58,7 +58,7 @@ const SYSTEM_PROMPTS: Record<string, string> = {
 /** Modes a session can be created with. */
 export const MODES = Object.keys(SYSTEM_PROMPTS);
 
-/** Wording the model sees for calls interrupted by a crash (REFERENCE §1). */
+/** Wording the model sees for calls interrupted by a crash. */
 export const RECOVERY_TEXT = {
   mayHaveRun: "Interrupted: the harness restarted while this tool call was running, so it may or may not have run. Check its effects (for example, read the files it would have changed) before running it again.",
   notStarted: "Not executed: the harness restarted before this tool call started. Retry it if it is still needed.",

@@ -13,7 +13,7 @@ import {
 import { startLoopService, type LoopService } from "@tack/loop-service";
 
 // What the provider's prefix cache sees: every request must extend the previous one byte for
-// byte (REFERENCE §2), and nothing in the system prompt or the tool list may change mid-session.
+// byte, and nothing in the system prompt or the tool list may change mid-session.
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 const STEPS = 30;
 let bus: Bus;

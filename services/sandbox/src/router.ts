@@ -1,6 +1,6 @@
 import { RequestError } from "@nats-io/nats-core";
 import { TackError, type Bus, type Codec } from "@tack/bus";
-import { modeRank, type OperatorConfig } from "@tack/config";
+import { modeRank, tenantPolicy, type OperatorConfig } from "@tack/config";
 import {
   EnsureSandboxRequest,
   EnsureSandboxResponse,
@@ -53,7 +53,7 @@ export class Router {
     assertId("session id", request.sessionId);
     assertId("tenant", request.tenant);
     const mode = parseMode(request.mode);
-    const widest = this.#operator.tenants[request.tenant]?.max_sandbox_mode ?? "workspace-write";
+    const widest = tenantPolicy(this.#operator, request.tenant).max_sandbox_mode;
     if (modeRank(mode) > modeRank(widest)) {
       throw new TackError("sandbox.mode_not_allowed", `tenant ${request.tenant} may use sandbox modes up to ${widest} (max_sandbox_mode), not ${mode}`, { details: { limit: "max_sandbox_mode", value: widest } });
     }

@@ -10,6 +10,7 @@ import type { Egress } from "./egress.js";
 import { runExec } from "./exec.js";
 import { randomBytes } from "node:crypto";
 import { collectAbandoned, disposeReplicaDir, removeSlotAt, SlotMounts } from "./mounts.js";
+import { tenantPolicy } from "@tack/config";
 import type { CompiledOptions } from "./options.js";
 import type { Placement, Placements } from "./placements.js";
 import type { Pool } from "./pool.js";
@@ -51,8 +52,6 @@ interface Entry {
   activeExecs: number;
 }
 
-// A tenant the operator configuration does not list gets the configuration's default.
-const DEFAULT_MAX_SANDBOXES = 10;
 // A replica is declared dead after failing to answer pings for this long (at least two sweeps).
 const DEAD_AFTER_MS = 1000;
 // A pool slot or replica directory nobody uses is collected once it is this old.
@@ -110,7 +109,7 @@ export class Sandboxes {
 
   // The tenant's max_sandboxes, counted over the containers this replica holds (each replica enforces it for its own).
   #checkTenantLimit(tenant: string): void {
-    const max = this.#options.operator.tenants[tenant]?.max_sandboxes ?? DEFAULT_MAX_SANDBOXES;
+    const max = tenantPolicy(this.#options.operator, tenant).max_sandboxes;
     const running = [...this.#entries.values()].filter((entry) => entry.tenant === tenant).length;
     if (running >= max) {
       throw new TackError(
