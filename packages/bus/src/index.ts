@@ -4,3 +4,4 @@ export { TackError } from "./errors.js";
 export { assertToken, names, type Names } from "./subjects.js";
 export { extractTrace, injectTrace, inSpan } from "./trace.js";
 export { requestStream, serveStream, type StreamWriter } from "./stream.js";
+export { retryAfterMs, retryDelay, retrying, retryPolicy, type RetryNote, type RetryOptions, type RetryPolicy } from "./retry.js";
