@@ -2,6 +2,7 @@ import { connect } from "@nats-io/transport-node";
 import { AuthorizationError, headers as newHeaders, PermissionViolationError, type Msg, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import { SpanKind } from "@opentelemetry/api";
 import { BusError, type MessageFns } from "@tack/proto";
+import { logger } from "@tack/telemetry";
 import { TackError } from "./errors.js";
 import { names, type Names } from "./subjects.js";
 import { extractTrace, injectTrace, inSpan } from "./trace.js";
@@ -209,14 +210,14 @@ const USER = /^[A-Za-z0-9_-]{1,64}$/;
  * it a forbidden subscription fails silently and the service just never answers.
  */
 function reportPermissionViolations(nc: NatsConnection, name: string, user: string | undefined): void {
+  const log = logger("bus");
   void (async () => {
     for await (const status of nc.status()) {
       if (status.type !== "error" || !(status.error instanceof PermissionViolationError)) continue;
       const { operation, subject, queue } = status.error;
-      process.stderr.write(`${JSON.stringify({
-        time: new Date().toISOString(), level: "error", component: name, code: "bus.forbidden",
-        message: `NATS user "${user ?? "(anonymous)"}" may not ${operation === "publish" ? "publish to" : "subscribe to"} ${subject}${queue ? ` (queue ${queue})` : ""}; the permissions come from packages/config/src/bus-permissions.ts`,
-      })}\n`);
+      log.error(`NATS user "${user ?? "(anonymous)"}" may not ${operation === "publish" ? "publish to" : "subscribe to"} ${subject}${queue ? ` (queue ${queue})` : ""}; the permissions come from packages/config/src/bus-permissions.ts`, {
+        code: "bus.forbidden", connection: name, subject, ...(queue ? { queue } : {}),
+      });
     }
   })().catch(() => undefined);
 }

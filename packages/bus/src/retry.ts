@@ -106,11 +106,16 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** `retry_after` as ms: seconds (`"2"`, `"1.5"`) or an HTTP date; undefined when absent or unreadable. */
+/**
+ * `retry_after` as ms: seconds (`"2"`, `"1.5"`) or an HTTP date; undefined when absent or
+ * unreadable. Only plain decimal seconds count as seconds: `Number()` would read `" "` as 0
+ * and `"0x10"` as 16, and hand `"-1"` to `Date.parse`, which takes it for a year.
+ */
 export function retryAfterMs(value: string | undefined): number | undefined {
-  if (!value) return undefined;
-  const seconds = Number(value);
-  if (Number.isFinite(seconds) && seconds >= 0) return Math.round(seconds * 1000);
-  const date = Date.parse(value);
+  const text = value?.trim();
+  if (!text) return undefined;
+  if (/^\d+(\.\d+)?$/.test(text)) return Math.round(Number(text) * 1000);
+  if (/^[+-]?[\d.eE+-]+$|^0[xXoObB]/.test(text)) return undefined;
+  const date = Date.parse(text);
   return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
 }

@@ -1,5 +1,6 @@
 // Configuration shared by every component: validated and defaulted once at the boundary.
 import type { BusAuth } from "@tack/bus";
+import { logger } from "@tack/telemetry";
 import { z } from "zod";
 import { busAuthFromEnv } from "./bus-credentials.js";
 
@@ -36,24 +37,39 @@ export function commonConfig(env: NodeJS.ProcessEnv = process.env): CommonConfig
   return { natsUrl: parsed.data.NATS_URL, namespace: parsed.data.TACK_NAMESPACE, tenant: parsed.data.TACK_TENANT, natsAuth: busAuthFromEnv(env) };
 }
 
-/** Runs a service's main: prints a one-line error (no stack) and exits 1 on start-up failure. */
+/**
+ * Runs a service's main under the one logger (component `name`, e.g. `loop`): a start-up
+ * failure is logged as `start-up failed` with the error's `code` and message (no stack) and
+ * exits 1; SIGTERM or SIGINT logs `stopping`, stops the service and exits 0 (1 if stopping failed).
+ */
 export async function runMain(name: string, start: () => Promise<{ stop(): Promise<void> }>): Promise<void> {
+  const log = logger(name);
   let service: { stop(): Promise<void> };
   try {
     service = await start();
   } catch (error) {
-    process.stderr.write(`${name}: ${(error as Error).message}\n`);
+    log.error("start-up failed", { code: errorCode(error), error: (error as Error).message });
     process.exit(1);
   }
   let stopping = false;
-  const stop = async () => {
+  const stop = async (signal: string) => {
     if (stopping) return;
     stopping = true;
-    await service.stop().catch((error: unknown) => process.stderr.write(`${name}: stop failed: ${(error as Error).message}\n`));
-    process.exit(0);
+    log.info("stopping", { signal });
+    const stopped = await service.stop().then(() => true, (error: unknown) => {
+      log.error("stop failed", { code: errorCode(error), error: (error as Error).message });
+      return false;
+    });
+    process.exit(stopped ? 0 : 1);
   };
-  process.on("SIGTERM", () => void stop());
-  process.on("SIGINT", () => void stop());
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+}
+
+/** The error's `code` (a TackError's, a ConfigError's `config.invalid`, a system error's `ECONNREFUSED`), else `internal`. */
+function errorCode(error: unknown): string {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return typeof code === "string" ? code : "internal";
 }
 
 export { ALLOWED_FROM, DENIABLE_BY_TOOL, isSandboxMode, modeRank, SANDBOX_MODES, type Denied, type SandboxMode } from "./sandbox-modes.js";

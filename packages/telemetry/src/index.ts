@@ -1,10 +1,11 @@
-// OpenTelemetry setup shared by every service, and a structured JSON logger that stamps trace ids.
+// OpenTelemetry setup shared by every service, and the one structured JSON logger (pino) that stamps trace ids.
 import { context, propagation, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, NodeTracerProvider, type SpanProcessor } from "@opentelemetry/sdk-trace-node";
+import { pino } from "pino";
 
 /** Options for `initTelemetry`. */
 export interface TelemetryOptions {
@@ -48,23 +49,51 @@ export function ensurePropagation(): void {
   }
 }
 
-/** Structured JSON logger writing one line per record to stderr. */
+/**
+ * The one logger of every Tack service (pino underneath): one JSON line per record on stderr,
+ * `{"level":"info","time":"<ISO 8601>","component":"loop",...,"msg":"..."}`, with the level as
+ * a word, the fields given (and those of `child`), and `trace_id`/`span_id` of the active
+ * OpenTelemetry span when there is one. An `Error` under `err` or `error` is written with its
+ * type, message and stack.
+ */
 export interface Logger {
   info(message: string, fields?: Record<string, unknown>): void;
   warn(message: string, fields?: Record<string, unknown>): void;
   error(message: string, fields?: Record<string, unknown>): void;
+  /** A logger that adds `fields` to every record, e.g. `{ session, tenant }` for one session's work. */
+  child(fields: Record<string, unknown>): Logger;
 }
 
-/** A logger for one component; each record carries the active trace and span ids. */
+const errorField = (value: unknown) => (value instanceof Error ? pino.stdSerializers.err(value) : value);
+
+const root = pino(
+  {
+    base: null,
+    timestamp: pino.stdTimeFunctions.isoTime,
+    formatters: { level: (label) => ({ level: label }) },
+    serializers: { err: errorField, error: errorField },
+    mixin() {
+      const span = trace.getSpan(context.active())?.spanContext();
+      return span && trace.isSpanContextValid(span) ? { trace_id: span.traceId, span_id: span.spanId } : {};
+    },
+  },
+  // Synchronous on Linux for files, pipes and terminals alike, so a line written just before
+  // process.exit is not lost.
+  process.stderr,
+);
+
+/** A logger for one component (`gateway`, `loop`, `tack-sandbox`, ...). */
 export function logger(component: string): Logger {
-  const write = (level: string, message: string, fields: Record<string, unknown> = {}) => {
-    const span = trace.getSpan(context.active())?.spanContext();
-    const record = { time: new Date().toISOString(), level, component, message, ...fields, ...(span ? { trace_id: span.traceId, span_id: span.spanId } : {}) };
-    process.stderr.write(`${JSON.stringify(record)}\n`);
-  };
+  return wrap(root.child({ component }));
+}
+
+function wrap(log: pino.Logger): Logger {
+  // The message is passed as the only argument after the fields: pino then never reads `%s`
+  // and friends in it as format directives.
   return {
-    info: (m, f) => write("info", m, f),
-    warn: (m, f) => write("warn", m, f),
-    error: (m, f) => write("error", m, f),
+    info: (message, fields) => (fields ? log.info(fields, message) : log.info(message)),
+    warn: (message, fields) => (fields ? log.warn(fields, message) : log.warn(message)),
+    error: (message, fields) => (fields ? log.error(fields, message) : log.error(message)),
+    child: (fields) => wrap(log.child(fields)),
   };
 }

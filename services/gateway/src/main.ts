@@ -9,7 +9,7 @@ import { startGateway } from "./server.js";
 
 const telemetry = initTelemetry({ serviceName: "tack-gateway" });
 
-await runMain("tack-gateway", async () => {
+await runMain("gateway", async () => {
   const common = commonConfig();
   const operator = loadOperatorConfig();
   const key = process.env.TACK_API_KEY;

@@ -9,7 +9,8 @@ import type { Exchange } from "../src/http.js";
 function capture(): Logger & { records: { level: string; message: string; fields: Record<string, unknown> }[] } {
   const records: { level: string; message: string; fields: Record<string, unknown> }[] = [];
   const keep = (level: string) => (message: string, fields: Record<string, unknown> = {}) => { records.push({ level, message, fields }); };
-  return { records, info: keep("info"), warn: keep("warn"), error: keep("error") };
+  const log = { records, info: keep("info"), warn: keep("warn"), error: keep("error"), child: () => log };
+  return log;
 }
 
 // What internal failures look like: bus subjects, host paths and stack text in message and details.

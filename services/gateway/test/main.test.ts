@@ -22,7 +22,7 @@ function run(env: Record<string, string>) {
   const ready = new Promise<void>((resolve) => {
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
       stderr += chunk;
-      if (stderr.includes('"listening"')) resolve();
+      if (stderr.includes('"msg":"listening"')) resolve();
     });
   });
   return { child, exited, ready, stderr: () => stderr };
@@ -32,7 +32,8 @@ describe("gateway main", () => {
   it("main - refuses to start without TACK_API_KEY and says how to fix it", async () => {
     const p = run({ TACK_DB: join(dir, "a", "tack.db") });
     expect(await p.exited).toBe(1);
-    expect(p.stderr()).toContain("tack-gateway: TACK_API_KEY is not set");
+    const failure = p.stderr().trimEnd().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>).at(-1);
+    expect(failure).toMatchObject({ level: "error", component: "gateway", msg: "start-up failed", code: "config.invalid", error: expect.stringContaining("TACK_API_KEY is not set") });
   });
 
   it("main - starts from the environment, creates the index folder and stops on SIGTERM", async () => {

@@ -2,6 +2,7 @@ import { readFile, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { TackError } from "@tack/bus";
+import { isMap, isScalar, LineCounter, parseDocument } from "yaml";
 
 /** Providers that take an API key, by their section name in the credentials file. */
 export const KEYED_PROVIDERS = ["deepseek", "openai", "anthropic"] as const;
@@ -80,31 +81,55 @@ function unreadable(path: string, error: unknown): TackError {
   });
 }
 
+const EXAMPLE = 'expected e.g. "deepseek:\\n  api_key: sk-..."';
+
 /**
- * Parses the two-level YAML subset the credentials file uses: `section:` lines, indented
- * `key: value` lines under them, optional quotes, `#` comments. Errors name the line
- * number only, since a line may hold a key.
+ * Parses the credentials file with `yaml`: a map of sections (`deepseek:`), each a map of
+ * `key: value` lines; values are kept as written (the failsafe schema reads every scalar as a
+ * string, so a key like `0x1F` stays as it is), optional quotes, `#` comments, and an empty
+ * section or file is allowed. Errors name the line (and column), never its text, since a line
+ * may hold a key.
  */
 function parseCredentials(path: string, text: string): Map<string, Map<string, string>> {
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { schema: "failsafe", prettyErrors: false, lineCounter: lines, uniqueKeys: true });
+  const bad = (offset: number, what: string) => {
+    const { line, col } = lines.linePos(offset);
+    return new TackError("llm.bad_credentials", `${path} line ${line} ${what}; ${EXAMPLE}`, { details: { path, line: String(line), column: String(col) } });
+  };
+  const [syntax] = doc.errors;
+  if (syntax) throw bad(syntax.pos[0], `(column ${lines.linePos(syntax.pos[0]).col}) is not valid YAML (${syntax.code})`);
   const sections = new Map<string, Map<string, string>>();
-  let current: Map<string, string> | undefined;
-  for (const [i, raw] of text.split(/\r?\n/).entries()) {
-    const line = raw.replace(/\s+#.*$|^\s*#.*$/, "").trimEnd();
-    if (line.trim() === "") continue;
-    const match = /^(\s*)([A-Za-z0-9_-]+):\s*(.*)$/.exec(line);
-    const indented = match?.[1] !== "";
-    if (!match || (indented && !current) || (!indented && match[3] !== "")) {
-      throw new TackError("llm.bad_credentials", `${path} line ${i + 1} is not \`section:\` or an indented \`key: value\`; expected e.g. "deepseek:\\n  api_key: sk-..."`, {
-        details: { path, line: String(i + 1) },
-      });
+  const contents = doc.contents;
+  if (contents === null || isEmpty(contents)) return sections;
+  if (!isMap(contents)) throw bad(nodeOffset(contents), "is not `section:` or an indented `key: value`");
+  for (const { key, value } of contents.items) {
+    const name = scalarText(key);
+    if (name === undefined) throw bad(nodeOffset(key), "is not `section:` or an indented `key: value`");
+    const section = new Map<string, string>();
+    sections.set(name, section);
+    if (isEmpty(value)) continue;
+    if (!isMap(value)) throw bad(nodeOffset(value), `is not an indented \`key: value\` under \`${name}:\``);
+    for (const pair of value.items) {
+      const field = scalarText(pair.key);
+      if (field === undefined) throw bad(nodeOffset(pair.key), `is not an indented \`key: value\` under \`${name}:\``);
+      const text = pair.value === null ? "" : scalarText(pair.value);
+      if (text === undefined) throw bad(nodeOffset(pair.value), `holds a list or map as \`${name}.${field}\`; give one value`);
+      section.set(field, text);
     }
-    if (!indented) sections.set(match[2]!, (current = new Map()));
-    else current!.set(match[2]!, unquote(match[3]!));
   }
   return sections;
 }
 
-function unquote(value: string): string {
-  const quoted = /^(["'])(.*)\1$/.exec(value);
-  return quoted ? quoted[2]! : value;
+/** No value at all: an empty file, or `section:` with nothing under it. */
+function isEmpty(node: unknown): boolean {
+  return node === null || node === undefined || (isScalar(node) && node.value === "" && node.type === "PLAIN");
+}
+
+function scalarText(node: unknown): string | undefined {
+  return isScalar(node) ? String(node.value ?? "") : undefined;
+}
+
+function nodeOffset(node: unknown): number {
+  return (node as { range?: [number, number, number] } | null)?.range?.[0] ?? 0;
 }

@@ -69,6 +69,32 @@ describe("credentials", () => {
     expect(error.message).not.toContain("sk-secret-value");
   });
 
+  it("credentials - the file is YAML: comments, quotes, empty sections and values kept exactly as written", async () => {
+    const path = await writeCredentials("# keys\nopenai:\n\ndeepseek:\n  api_key: 0x1F  # not a number\nanthropic:\n  api_key: 'sk-ant #1'\n  note: null\n", 0o600);
+    expect(await loadCredentials({ home, env: {} })).toEqual({ deepseek: { key: "0x1F", source: path }, anthropic: { key: "sk-ant #1", source: path } });
+    await writeCredentials("", 0o600);
+    expect(await loadCredentials({ home, env: {} })).toEqual({});
+  });
+
+  it("credentials - invalid YAML and a wrong shape are refused with the line, never the line's text", async () => {
+    const cases: Array<[string, number]> = [
+      ["deepseek:\n  api_key: \"sk-secret-value\n", 3], // unterminated quote
+      ["deepseek:\n\tapi_key: sk-secret-value\n", 2], // tab indentation
+      ["deepseek:\n  api_key: sk-secret-value\n  api_key: sk-secret-value\n", 3], // the same key twice
+      ["deepseek: sk-secret-value\n", 1], // a value where a section belongs
+      ["deepseek:\n  api_key: [sk-secret-value]\n", 2], // a list where one value belongs
+      ["- sk-secret-value\n", 1], // not sections at all
+    ];
+    for (const [text, line] of cases) {
+      await writeCredentials(text, 0o600);
+      const error = await rejection(loadCredentials({ home, env: {} }));
+      expect(error, text).toMatchObject({ code: "llm.bad_credentials", details: { line: String(line) } });
+      expect(error.message, text).toContain(`line ${line} `);
+      expect(error.message, text).toContain("api_key: sk-...");
+      expect(error.message, text).not.toContain("sk-secret-value");
+    }
+  });
+
   it("credentials - the service refuses to start with a world-readable file", async () => {
     const path = await writeCredentials("deepseek:\n  api_key: sk-from-file\n", 0o604);
     const error = await rejection(startLlmService({ url: "nats://127.0.0.1:4222", namespace: "tunused", scripts: { scriptDirs: [] }, home, env: {} }));

@@ -221,12 +221,13 @@ describe("llm service", () => {
     await writeFile(config, `models:\n  script_dirs: [${JSON.stringify(join(import.meta.dirname, "fixtures"))}]\n`);
     const child = spawn(join(import.meta.dirname, "..", "..", "..", "node_modules", ".bin", "tsx"), [join(import.meta.dirname, "..", "src", "main.ts")], {
       env: { PATH: process.env.PATH, HOME: home, NATS_URL, TACK_NAMESPACE: ns, TACK_CONFIG: config },
-      stdio: ["ignore", "pipe", "inherit"],
+      stdio: ["ignore", "ignore", "pipe"],
     });
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
     try {
-      const lines = createInterface({ input: child.stdout });
-      for await (const line of lines) if (line.includes("service/ready")) break;
+      // The one logger writes JSON lines to stderr; the service is up once it logged `ready`.
+      const lines = createInterface({ input: child.stderr });
+      for await (const line of lines) if (line.includes('"component":"llm"') && line.includes('"msg":"ready"')) break;
       const bus = await Bus.connect({ url: NATS_URL, namespace: ns, name: "llm-test-main" });
       try {
         expect((await call(bus, `scripted:${SCRIPT}`)).at(-1)?.body?.$case).toBe("done");

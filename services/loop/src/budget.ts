@@ -1,10 +1,16 @@
+import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { TackError, type Bus } from "@tack/bus";
+import { retrying, retryPolicy, TackError, type Bus } from "@tack/bus";
 import type { OperatorConfig } from "@tack/config";
 import { EstimateCostRequest, EstimateCostResponse, type Event } from "@tack/proto";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
+
+// Another writer changed the tenant's total between our read and our compare-and-set.
+const CONFLICTS = new Set<number>([JetStreamApiCodes.StreamWrongLastSequence, JetStreamApiCodes.StreamWrongLastSequenceUnknown]);
+/** Re-reads after a conflicting write: 20 attempts, short jittered waits so racing replicas spread out. */
+const SPEND_RETRY = retryPolicy({ maxAttempts: 20, baseDelayMs: 5, maxDelayMs: 200 });
 
 /** Money spent so far by one session, from its log (model calls and summaries). */
 export function sessionSpend(events: readonly Event[]): number {
@@ -52,22 +58,28 @@ export class Budgets {
     return entry && entry.value.length ? Number(decoder.decode(entry.value)) : 0;
   }
 
-  /** Adds a call's cost to its tenant's total (compare-and-set, safe with several replicas). */
+  /**
+   * Adds a call's cost to its tenant's total (compare-and-set, safe with several replicas):
+   * when another replica recorded between the read and the write, it reads again, under the
+   * one retry policy (`SPEND_RETRY`). Any other failure is thrown at once: after a timeout
+   * the write may have landed, and writing again could count the call twice.
+   */
   async record(tenant: string, costUsd: number): Promise<void> {
     if (!(costUsd > 0)) return;
     const kv = await this.#bucket();
-    for (let attempt = 0; attempt < 20; attempt++) {
+    await retrying(SPEND_RETRY, async (attempt) => {
       const entry = await kv.get(tenant);
       const next = encoder.encode(String((entry && entry.value.length ? Number(decoder.decode(entry.value)) : 0) + costUsd));
       try {
         if (entry) await kv.update(tenant, next, entry.revision);
         else await kv.create(tenant, next);
-        return;
-      } catch {
-        // Another replica recorded first: read again.
+      } catch (error) {
+        if (!(error instanceof JetStreamApiError && CONFLICTS.has(error.code))) throw error;
+        throw new TackError("loop.spend_not_recorded", `could not record $${costUsd} for tenant ${tenant}: other loop replicas recorded first ${attempt} times in a row; retry the call`, {
+          retryable: true, cause: error,
+        });
       }
-    }
-    throw new TackError("loop.spend_not_recorded", `could not record $${costUsd} for tenant ${tenant} after 20 attempts`, { retryable: true });
+    });
   }
 
   /**

@@ -228,7 +228,7 @@ describe("Compactor", () => {
     pruneHeadChars: 4_096, pruneTailChars: 1_024, pruneKeep: 0.3, pruneMinimum: 0.05, summarizeAt: 0.8,
   };
   const address = { tenant: "local", sessionId: "unit" };
-  const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined };
+  const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined, child: () => quiet };
   const spills = () => SpillBucket.ensure(bus.nc, bus.names);
 
   it("Compactor - a result up to the threshold is logged as it is; one byte more is spilled (bytes, not characters)", async () => {

@@ -18,6 +18,7 @@ import {
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
 } from "@tack/proto";
+import { logger } from "@tack/telemetry";
 import { installAgent } from "./agent-copy.js";
 import { engineRuntimes, RuntimeCheck } from "./container.js";
 import { dockerFailure } from "./docker.js";
@@ -204,6 +205,8 @@ async function poolObstacle(docker: Docker, runtime: string): Promise<string | u
   return undefined;
 }
 
+const log = logger("sandbox");
+
 function warn(message: string): void {
-  process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level: "warn", service: "sandbox", message })}\n`);
+  log.warn(message);
 }
