@@ -1,5 +1,5 @@
 import { connect } from "@nats-io/transport-node";
-import { AuthorizationError, headers as newHeaders, PermissionViolationError, type Msg, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { AuthorizationError, createInbox, headers as newHeaders, PermissionViolationError, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import { SpanKind } from "@opentelemetry/api";
 import { BusError, type MessageFns } from "@tack/proto";
 import { logger } from "@tack/telemetry";
@@ -9,6 +9,17 @@ import { extractTrace, injectTrace, inSpan } from "./trace.js";
 
 /** Header set on a reply that carries a BusError instead of the response message. */
 export const ERROR_HEADER = "tack-error";
+/**
+ * Header of a request whose caller wants to know that its handler is alive: the handler's
+ * process then publishes a header-only message (`ALIVE_HEADER`) to the reply subject every
+ * that many milliseconds until the reply, so the caller can tell a slow call from a dead worker.
+ */
+export const HEARTBEAT_HEADER = "tack-heartbeat-ms";
+/** Header of a heartbeat message (no payload) on a reply subject. */
+export const ALIVE_HEADER = "tack-alive";
+/** How often a handler sends heartbeats when asked, and how long a caller waits in silence before it calls the worker lost. */
+export const HEARTBEAT_MS = 1_000;
+export const DEFAULT_SILENCE_MS = 3_000;
 /** Payloads above this size never go on the bus (NATS' default limit is 1 MiB). */
 export const MAX_BUS_PAYLOAD = 900 * 1024;
 
@@ -112,13 +123,17 @@ export class Bus {
     }
   }
 
-  /** Sends a request and decodes the reply; a BusError reply is thrown as a TackError. */
+  /**
+   * Sends a request and decodes the reply; a BusError reply is thrown as a TackError. With
+   * `silenceMs`, the handler is asked for heartbeats and a handler that sends nothing for that
+   * long is given up on as `bus.worker_lost` (retryable): its process died or was cut off.
+   */
   async request<Req, Res>(
     subject: string,
     requestCodec: Codec<Req>,
     request: Req,
     responseCodec: Codec<Res>,
-    options: { timeoutMs?: number; headers?: Record<string, string> } = {},
+    options: { timeoutMs?: number; headers?: Record<string, string>; silenceMs?: number } = {},
   ): Promise<Res> {
     const payload = requestCodec.encode(request).finish();
     assertSize(subject, payload.length);
@@ -126,6 +141,10 @@ export class Bus {
       const h = newHeaders();
       for (const [k, v] of Object.entries(options.headers ?? {})) h.set(k, v);
       injectTrace(h);
+      if (options.silenceMs !== undefined) {
+        const reply = await this.#watchedRequest(subject, payload, h, options.timeoutMs ?? 30_000, options.silenceMs);
+        return responseCodec.decode(reply.data);
+      }
       let reply: Msg;
       try {
         reply = await this.nc.request(subject, payload, { timeout: options.timeoutMs ?? 30_000, headers: h });
@@ -135,6 +154,51 @@ export class Bus {
       if (reply.headers?.get(ERROR_HEADER)) throw TackError.fromBusError(BusError.decode(reply.data));
       return responseCodec.decode(reply.data);
     }, { kind: SpanKind.CLIENT });
+  }
+
+  /** A request over a private inbox that heartbeats keep alive; resolves with the reply message (errors thrown). */
+  async #watchedRequest(subject: string, payload: Uint8Array, h: MsgHdrs, timeoutMs: number, silenceMs: number): Promise<Msg> {
+    const inbox = createInbox(this.inboxPrefix);
+    const sub = this.nc.subscribe(inbox, { max: 1_000_000 });
+    let silence: NodeJS.Timeout | undefined;
+    let outcome: "silence" | "deadline" | undefined;
+    const deadline = setTimeout(() => {
+      outcome ??= "deadline";
+      sub.unsubscribe();
+    }, timeoutMs);
+    const quiet = () => {
+      clearTimeout(silence);
+      silence = setTimeout(() => {
+        outcome ??= "silence";
+        sub.unsubscribe();
+      }, silenceMs);
+    };
+    try {
+      h.set(HEARTBEAT_HEADER, String(Math.max(100, Math.min(HEARTBEAT_MS, Math.floor(silenceMs / 3)))));
+      this.nc.publish(subject, payload, { reply: inbox, headers: h });
+      quiet();
+      let heard = false;
+      for await (const msg of sub) {
+        quiet();
+        if (msg.headers?.code === 503) throw requestFailure(subject, Object.assign(new Error("no responders"), { isNoResponders: () => true }), timeoutMs);
+        if (msg.headers?.get(ALIVE_HEADER)) {
+          heard = true;
+          continue;
+        }
+        if (msg.headers?.get(ERROR_HEADER)) throw TackError.fromBusError(BusError.decode(msg.data));
+        return msg;
+      }
+      if (outcome === "silence") {
+        throw new TackError("bus.worker_lost", heard
+          ? `the service handling ${subject} stopped answering (no heartbeat for ${silenceMs} ms): its process died or lost its connection`
+          : `no service took the request on ${subject} within ${silenceMs} ms (none answered, not even a heartbeat)`, { retryable: true, details: { subject } });
+      }
+      throw new TackError("bus.timeout", `no reply on ${subject} within ${timeoutMs} ms`, { retryable: true, details: { subject } });
+    } finally {
+      clearTimeout(silence);
+      clearTimeout(deadline);
+      sub.unsubscribe();
+    }
   }
 
   /**
@@ -165,6 +229,7 @@ export class Bus {
     responseCodec: Codec<Res>,
     handler: (request: Req, context: RequestContext) => Promise<Res>,
   ): Promise<void> {
+    const stopBeating = heartbeat(this.nc, msg);
     await inSpan(`handle ${msg.subject}`, { "messaging.destination": msg.subject }, async () => {
       let out: Uint8Array;
       const h = newHeaders();
@@ -181,8 +246,10 @@ export class Bus {
         h.set(ERROR_HEADER, "1");
         out = BusError.encode(TackError.from(error).toBusError()).finish();
       }
+      stopBeating();
       if (msg.reply) this.nc.publish(msg.reply, out, { headers: h });
     }, { parent: extractTrace(msg.headers), kind: SpanKind.SERVER }).catch(() => undefined);
+    stopBeating();
   }
 
   /** Stops serving and closes the connection after in-flight messages are handled. */
@@ -190,6 +257,23 @@ export class Bus {
     for (const sub of this.#subscriptions) sub.unsubscribe();
     if (!this.nc.isClosed()) await this.nc.drain().catch(() => this.nc.close());
   }
+}
+
+/**
+ * Starts the heartbeats a request asked for (`HEARTBEAT_HEADER`) on its reply subject; returns
+ * the function that stops them (call it before the reply is published). A no-op otherwise.
+ */
+export function heartbeat(nc: NatsConnection, msg: Msg): () => void {
+  const every = Number(msg.headers?.get(HEARTBEAT_HEADER) ?? "");
+  const reply = msg.reply;
+  if (!reply || !Number.isFinite(every) || every <= 0) return () => undefined;
+  const h = newHeaders();
+  h.set(ALIVE_HEADER, "1");
+  const timer = setInterval(() => {
+    if (!nc.isClosed()) nc.publish(reply, undefined, { headers: h });
+  }, Math.max(100, every));
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 function assertSize(subject: string, bytes: number): void {

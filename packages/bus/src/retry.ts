@@ -5,7 +5,7 @@ import { TackError } from "./errors.js";
 export interface RetryOptions {
   /** Attempts in all, the first included (default: unbounded when `windowMs` is set, else 5). */
   readonly maxAttempts?: number;
-  /** No new attempt starts once this many ms have passed since the first (default: none). */
+  /** No new attempt starts once this many ms have passed since the first failure (default: none). */
   readonly windowMs?: number;
   /** Wait before the second attempt, doubling before each further one (default 250 ms). */
   readonly baseDelayMs?: number;
@@ -68,7 +68,8 @@ export function retryDelay(policy: RetryPolicy, attempt: number, error?: TackErr
 /**
  * Runs `attempt` until it succeeds or fails for good; then throws the last error (as a
  * TackError). A failure is retried when `retryable(error)` says so (default: the error's own
- * `retryable` flag), attempts remain, the window leaves room for the wait, and `signal` is not
+ * `retryable` flag), attempts remain, the window (counted from the first failure, so a long
+ * call that fails late still gets all of it) leaves room for the wait, and `signal` is not
  * aborted. `onRetry` hears of each retry before the wait (to log it as an event, say).
  */
 export async function retrying<T>(
@@ -76,7 +77,7 @@ export async function retrying<T>(
   attempt: (n: number) => Promise<T>,
   options: { onRetry?: (note: RetryNote) => void | Promise<void>; retryable?: (error: TackError) => boolean; signal?: AbortSignal } = {},
 ): Promise<T> {
-  const started = Date.now();
+  let failingSince: number | undefined;
   const retryable = options.retryable ?? ((e: TackError) => e.retryable);
   for (let n = 1; ; n++) {
     try {
@@ -85,7 +86,8 @@ export async function retrying<T>(
       const error = TackError.from(thrown);
       if (!retryable(error) || options.signal?.aborted || n >= policy.maxAttempts) throw error;
       const delayMs = retryDelay(policy, n, error);
-      if (Date.now() - started + delayMs > policy.windowMs) throw error;
+      failingSince ??= Date.now();
+      if (Date.now() - failingSince + delayMs > policy.windowMs) throw error;
       await options.onRetry?.({ attempt: n, error, delayMs });
       await sleep(delayMs, options.signal);
       if (options.signal?.aborted) throw error;

@@ -2,7 +2,7 @@ import { createInbox, headers as newHeaders, type Msg } from "@nats-io/nats-core
 import { SpanKind } from "@opentelemetry/api";
 import { BusError } from "@tack/proto";
 import type { Bus, Codec } from "./bus.js";
-import { ERROR_HEADER, MAX_BUS_PAYLOAD } from "./bus.js";
+import { ALIVE_HEADER, ERROR_HEADER, HEARTBEAT_HEADER, HEARTBEAT_MS, heartbeat, MAX_BUS_PAYLOAD } from "./bus.js";
 import { TackError } from "./errors.js";
 import { extractTrace, injectTrace, inSpan } from "./trace.js";
 
@@ -15,7 +15,9 @@ export interface StreamWriter<T> {
 /**
  * Streamed request: publishes `request` with a private reply inbox and passes every reply
  * message to `onMessage` until `isLast` says the stream is over. Fails on no responders,
- * on a BusError reply and when no message arrives for `idleTimeoutMs`.
+ * on a BusError reply and when no message arrives for `idleTimeoutMs`. With `silenceMs`, the
+ * handler is asked for heartbeats (which count as life but not as messages), and a handler
+ * silent for that long fails the stream with `bus.worker_lost` (retryable): it died.
  */
 export async function requestStream<Req, Res>(
   bus: Bus,
@@ -25,9 +27,10 @@ export async function requestStream<Req, Res>(
   responseCodec: Codec<Res>,
   onMessage: (message: Res) => void,
   isLast: (message: Res) => boolean,
-  options: { idleTimeoutMs?: number } = {},
+  options: { idleTimeoutMs?: number; silenceMs?: number } = {},
 ): Promise<void> {
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
+  const silenceMs = options.silenceMs;
   const payload = requestCodec.encode(request).finish();
   if (payload.length > MAX_BUS_PAYLOAD) {
     throw new TackError("bus.payload_too_large", `request for ${subject} is ${payload.length} bytes, over the ${MAX_BUS_PAYLOAD}-byte bus limit`);
@@ -37,17 +40,35 @@ export async function requestStream<Req, Res>(
     const inbox = createInbox(bus.inboxPrefix);
     const sub = bus.nc.subscribe(inbox);
     let timer: NodeJS.Timeout | undefined;
+    let silence: NodeJS.Timeout | undefined;
+    let silent = false;
+    let heard = false;
     const idle = () => {
       clearTimeout(timer);
       timer = setTimeout(() => sub.unsubscribe(), idleTimeoutMs);
+    };
+    const alive = () => {
+      if (silenceMs === undefined) return;
+      clearTimeout(silence);
+      silence = setTimeout(() => {
+        silent = true;
+        sub.unsubscribe();
+      }, silenceMs);
     };
     let timedOut = true;
     try {
       const h = newHeaders();
       injectTrace(h);
+      if (silenceMs !== undefined) h.set(HEARTBEAT_HEADER, String(Math.max(100, Math.min(HEARTBEAT_MS, Math.floor(silenceMs / 3)))));
       bus.nc.publish(subject, payload, { reply: inbox, headers: h });
       idle();
+      alive();
       for await (const msg of sub) {
+        alive();
+        if (msg.headers?.get(ALIVE_HEADER)) {
+          heard = true;
+          continue;
+        }
         idle();
         if (msg.headers?.code === 503) {
           timedOut = false;
@@ -64,9 +85,15 @@ export async function requestStream<Req, Res>(
           break;
         }
       }
+      if (timedOut && silent) {
+        throw new TackError("bus.worker_lost", heard
+          ? `the service streaming ${subject} stopped answering (no heartbeat for ${silenceMs} ms): its process died or lost its connection`
+          : `no service took the request on ${subject} within ${silenceMs} ms (none answered, not even a heartbeat)`, { retryable: true, details: { subject } });
+      }
       if (timedOut) throw new TackError("bus.timeout", `no reply on ${subject} for ${idleTimeoutMs} ms`, { retryable: true, details: { subject } });
     } finally {
       clearTimeout(timer);
+      clearTimeout(silence);
       sub.unsubscribe();
     }
   }, { kind: SpanKind.CLIENT });
@@ -86,6 +113,7 @@ export function serveStream<Req, Res>(
 ): void {
   const handle = async (msg: Msg) => {
     const reply = msg.reply;
+    const stopBeating = heartbeat(bus.nc, msg);
     await inSpan(`handle ${subject}`, { "messaging.destination": subject }, async () => {
       try {
         let request: Req;
@@ -102,9 +130,11 @@ export function serveStream<Req, Res>(
       } catch (error) {
         const h = newHeaders();
         h.set(ERROR_HEADER, "1");
+        stopBeating();
         if (reply) bus.nc.publish(reply, BusError.encode(TackError.from(error).toBusError()).finish(), { headers: h });
       }
     }, { parent: extractTrace(msg.headers), kind: SpanKind.SERVER }).catch(() => undefined);
+    stopBeating();
   };
   bus.nc.subscribe(subject, { queue, callback: (err, msg) => { if (!err) void handle(msg); } });
 }

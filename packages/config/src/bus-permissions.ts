@@ -2,7 +2,7 @@
 // publish only the requests it really makes and subscribe only to its own command subjects and
 // its own reply inboxes. `tack up` renders it into the nats-server configuration; a cluster
 // deployment and the tests use the same function, so the three cannot drift apart.
-import { inboxPrefix, names } from "@tack/bus";
+import { inboxPrefix, microSubjects, names } from "@tack/bus";
 
 /** Every NATS user of a deployment: one per service, plus `admin` for the operator and the launcher's start-up probes. */
 export const BUS_USERS = ["gateway", "loop", "llm", "tools", "sandbox", "admin"] as const;
@@ -94,10 +94,14 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         // Reads the session log (events, context) and the tenants' spend (usage); writes neither.
         jsInfo, ...streamRead(log), ...messageGet(spend),
       ],
-      subscribe: [inbox("gateway")],
+      subscribe: [inbox("gateway"), ...microSubjects("gateway")],
+      // Answers only micro-service discovery ($SRV.PING/INFO/STATS): one reply each.
+      responses: { max: 1, expires: "1m" },
     },
     loop: {
       publish: [
+        // A queue-group command for a session another replica keeps warm is passed to that owner.
+        n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"),
         n.llmComplete, n.llmCheck, n.llmEstimate,
         n.toolsList, n.toolsCall,
         // The sandbox-mode guard lists the processes left from a wider mode; deleting a session releases its containers.
@@ -113,14 +117,15 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         purge(placements),
       ],
       // Every `<ns>.loop.*` subject is the loop's own: the queue-group commands and each owned session's subjects.
-      subscribe: [`${ns}.loop.>`, inbox("loop")],
-      // Its handlers wait at most for a lease to expire, a model check, a process listing or a session's deletion.
-      responses: { max: 1, expires: "5m" },
+      subscribe: [`${ns}.loop.>`, inbox("loop"), ...microSubjects("loop")],
+      // Its handlers wait at most for a lease to expire, a model check, a process listing or a
+      // session's deletion, sending a heartbeat every second meanwhile when the caller asks.
+      responses: { max: 1_000, expires: "5m" },
     },
     llm: {
       // Answers only; calls nothing and uses no JetStream, so it needs no inbox either.
       publish: [],
-      subscribe: [`${ns}.llm.*`],
+      subscribe: [`${ns}.llm.*`, ...microSubjects("llm")],
       // A completion is streamed as one message per delta to the caller's inbox; reasoning
       // models can think for many minutes before the last one.
       responses: { max: 1_000_000, expires: "1h" },
@@ -131,9 +136,10 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         // `read` of a spilled result (`tack-spill:<call_id>`).
         jsInfo, ...streamRead(spill),
       ],
-      subscribe: [`${ns}.tools.*`, inbox("tools")],
-      // A tool call may run a command for up to 600 s (bash's limit) plus the sandbox's margin.
-      responses: { max: 1, expires: "15m" },
+      subscribe: [`${ns}.tools.*`, inbox("tools"), ...microSubjects("tools")],
+      // A tool call may run a command for up to 600 s (bash's limit) plus the sandbox's margin,
+      // sending a heartbeat every second meanwhile (so the loop can tell a dead worker in 5 s).
+      responses: { max: 10_000, expires: "15m" },
     },
     sandbox: {
       publish: [
@@ -146,9 +152,10 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         `$O.${n.workspacesBucket}.>`, ...streamEnsure(workspaces), ...streamRead(workspaces), purge(workspaces),
       ],
       // Every `<ns>.sandbox.*` subject is the sandbox's own: the queue-group commands, workspaces and the replicas' subjects.
-      subscribe: [`${ns}.sandbox.>`, inbox("sandbox")],
-      // Exec runs a command for up to 600 s; a forwarded request answers after the replica does.
-      responses: { max: 1, expires: "15m" },
+      subscribe: [`${ns}.sandbox.>`, inbox("sandbox"), ...microSubjects("sandbox")],
+      // Exec runs a command for up to 600 s, sending a heartbeat every second meanwhile; a
+      // forwarded request answers after the replica does.
+      responses: { max: 10_000, expires: "15m" },
     },
     // The operator's identity: `tack up`'s start-up probes, the `nats` CLI, test cleanup.
     // Never given to a service.

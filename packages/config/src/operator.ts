@@ -79,7 +79,20 @@ const ConfigSchema = z.strictObject({
     log_max_bytes: count("bytes").optional(),
     log_max_age_days: z.number().positive().optional(),
   }).default({}),
+  log: z.strictObject({
+    /**
+     * JetStream replicas of the session log and of the buckets the loop keeps beside it (leases,
+     * tenant spend, spilled results): 1 on a single NATS server, 3 (or 5) on a JetStream cluster
+     * of at least that many servers. Odd, so that a majority remains when servers fail.
+     */
+    replicas: z.number({ error: "must be 1, 3 or 5" }).refine((n) => LOG_REPLICAS.includes(n as LogReplicas),
+      "must be 1 (a single NATS server), 3 or 5 (a JetStream cluster of at least that many servers; odd, so that a majority survives a failed server)").default(1),
+  }).default({ replicas: 1 }),
 });
+
+/** The JetStream replica counts the log may have. */
+export const LOG_REPLICAS = [1, 3, 5] as const;
+export type LogReplicas = (typeof LOG_REPLICAS)[number];
 
 /** A tenant's policy after defaults. */
 export type TenantPolicy = Readonly<z.infer<typeof TenantPolicySchema>> & { readonly max_sandbox_mode: SandboxMode };
@@ -97,6 +110,8 @@ export interface OperatorConfig {
   readonly sandbox: { readonly uid: number; readonly gid: number; readonly egress: { readonly allowCidrs: readonly string[]; readonly allowDns: boolean } };
   readonly models: { readonly scriptDirs: readonly string[]; readonly maxScriptBytes: number };
   readonly retention: { readonly sessionMaxAgeDays?: number; readonly sweepIntervalMinutes: number; readonly logMaxBytes?: number; readonly logMaxAgeDays?: number };
+  /** JetStream replicas of the session log, the lease and spend buckets and the spill store. */
+  readonly log: { readonly replicas: LogReplicas };
   /** Directories no workspace may be inside of or contain: Tack's install and its state directory. */
   readonly protectedPaths: readonly string[];
 }
@@ -178,6 +193,7 @@ export function compileOperatorConfig(raw: unknown, where: { stateDir: string; b
       ...(data.retention.log_max_bytes !== undefined ? { logMaxBytes: data.retention.log_max_bytes } : {}),
       ...(data.retention.log_max_age_days !== undefined ? { logMaxAgeDays: data.retention.log_max_age_days } : {}),
     },
+    log: { replicas: data.log.replicas as LogReplicas },
     protectedPaths: [...new Set([INSTALL_DIR, where.stateDir].map(realpathOrSelf))],
   };
 }

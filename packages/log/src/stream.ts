@@ -18,7 +18,11 @@ export interface LogStreamLimits {
 
 /** Options of the session log stream. */
 export interface LogStreamOptions {
-  /** JetStream replicas: 1 locally, 3 in production. */
+  /**
+   * JetStream replicas: 1 on a single server, 3 (or 5) on a cluster (operator `log.replicas`).
+   * When given, a new stream gets them and an existing one is scaled to them; when omitted, a new
+   * stream has 1 and an existing one keeps its own.
+   */
   replicas?: number;
   /**
    * The stream's limits. When given, a new stream gets them and an existing one is updated to
@@ -29,11 +33,17 @@ export interface LogStreamOptions {
 
 /**
  * Creates the session log stream if it does not exist (one stream, one subject per session) and,
- * when `options.limits` is given, makes its `max_bytes` / `max_age` those limits.
+ * when `options.limits` / `options.replicas` are given, makes its `max_bytes` / `max_age` and
+ * replica count those. Fails with `log.replicas_unavailable` when the servers cannot hold that
+ * many replicas (a single server, or a cluster with fewer servers).
  */
 export async function ensureLogStream(nc: NatsConnection, names: Names, options: LogStreamOptions = {}): Promise<JetStreamManager> {
   const jsm = await jetstreamManager(nc);
   const limits = options.limits && streamLimits(options.limits);
+  const replicas = options.replicas;
+  if (replicas !== undefined && ![1, 3, 5].includes(replicas)) {
+    throw new TackError("log.bad_replicas", `log replicas ${replicas} is not 1, 3 or 5; set log.replicas in the operator configuration to 1 (one NATS server) or 3 (a JetStream cluster)`);
+  }
   let info: StreamInfo | undefined;
   try {
     info = await jsm.streams.info(names.logStream);
@@ -44,7 +54,7 @@ export async function ensureLogStream(nc: NatsConnection, names: Names, options:
       storage: StorageType.File,
       retention: RetentionPolicy.Limits,
       discard: DiscardPolicy.New,
-      num_replicas: options.replicas ?? 1,
+      num_replicas: replicas ?? 1,
       max_msg_size: 1024 * 1024,
       // Msg-Id dedup window: a retried append within this window is stored once.
       duplicate_window: DUPLICATE_WINDOW_MS * 1_000_000,
@@ -52,13 +62,32 @@ export async function ensureLogStream(nc: NatsConnection, names: Names, options:
       ...limits,
     }).catch(async (error: unknown) => {
       // A concurrent creator won the race; the stream exists now (its limits are checked below).
-      info = await jsm.streams.info(names.logStream).catch(() => { throw error; });
+      info = await jsm.streams.info(names.logStream).catch(() => { throw replicasUnavailable(error, replicas ?? 1); });
     });
   }
-  if (info && limits && (info.config.max_bytes !== limits.max_bytes || info.config.max_age !== limits.max_age)) {
-    await jsm.streams.update(names.logStream, limits);
+  // A single server takes a larger replica count on update without complaint, yet keeps one copy.
+  if (info && replicas !== undefined && replicas > 1 && !info.cluster) {
+    throw replicasUnavailable(new Error("the server is not part of a JetStream cluster"), replicas);
+  }
+  const change = {
+    ...(limits && info && (info.config.max_bytes !== limits.max_bytes || info.config.max_age !== limits.max_age) ? limits : {}),
+    ...(replicas !== undefined && info && info.config.num_replicas !== replicas ? { num_replicas: replicas } : {}),
+  };
+  if (Object.keys(change).length > 0) {
+    await jsm.streams.update(names.logStream, change).catch((error: unknown) => { throw replicasUnavailable(error, replicas ?? 1); });
   }
   return jsm;
+}
+
+/** The server's refusal of a replica count as a TackError saying what to change; other errors as they are. */
+function replicasUnavailable(error: unknown, replicas: number): unknown {
+  const message = (error as Error).message ?? String(error);
+  if (replicas > 1 && /replica|peer|resources|cluster/i.test(message)) {
+    return new TackError("log.replicas_unavailable",
+      `NATS cannot keep the log stream with ${replicas} replicas (${message}); run a JetStream cluster of at least ${replicas} servers, or set log.replicas: 1 in the operator configuration for a single server`,
+      { cause: error });
+  }
+  return error;
 }
 
 /** The stream config fields of `limits` (JetStream: -1 bytes and 0 ns mean unlimited). */

@@ -3,6 +3,7 @@ import type { AddressInfo } from "node:net";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { Kysely } from "kysely";
 import { Bus, TackError } from "@tack/bus";
+import { registerMicro } from "@tack/bus";
 import { logger } from "@tack/telemetry";
 import { createKey, listKeys, listTenants, revokeKey } from "./admin.js";
 import { decideApproval } from "./approvals.js";
@@ -136,6 +137,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         res.destroy();
       });
     };
+    // Discoverable as micro-service tack-gateway ($SRV.PING/INFO/STATS).
+    await registerMicro(bus, { service: "gateway", description: "HTTP API of Tack" });
     const server = createServer(serve);
     await new Promise<void>((resolve, reject) => {
       server.once("error", (error: NodeJS.ErrnoException) => reject(new TackError(

@@ -1,5 +1,6 @@
 import { trace } from "@opentelemetry/api";
 import { Bus, inSpan, serveStream, TackError, type BusAuth } from "@tack/bus";
+import { registerMicro } from "@tack/bus";
 import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice, CountTokensRequest, CountTokensResponse, EstimateCostRequest, EstimateCostResponse } from "@tack/proto";
 import { ANTHROPIC_BASE_URL, anthropicProvider } from "./anthropic.js";
 import { loadCredentials } from "./credentials.js";
@@ -109,6 +110,8 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
 
   // Make sure the server knows our subscriptions before anyone is told we are up.
   await bus.nc.flush();
+  // Discoverable as micro-service tack-llm ($SRV.PING/INFO/STATS) once it serves.
+  await registerMicro(bus, { service: "llm", description: "model completions streamed over NATS" });
 
   return {
     stop: async () => {

@@ -40,15 +40,18 @@ export function tenantBudgets(operator: OperatorConfig, override: Readonly<Recor
 export class Budgets {
   readonly #bus: Bus;
   readonly #tenantBudgets: Readonly<Record<string, number>>;
+  readonly #replicas: number;
   #kv: Promise<KV> | undefined;
 
-  constructor(bus: Bus, tenantBudgets: Readonly<Record<string, number>>) {
+  /** `options.replicas`: JetStream replicas of the spend bucket when this creates it (the log's). */
+  constructor(bus: Bus, tenantBudgets: Readonly<Record<string, number>>, options: { replicas?: number } = {}) {
     this.#bus = bus;
     this.#tenantBudgets = tenantBudgets;
+    this.#replicas = options.replicas ?? 1;
   }
 
   #bucket(): Promise<KV> {
-    this.#kv ??= new Kvm(this.#bus.nc).create(this.#bus.names.spendBucket, { history: 1 });
+    this.#kv ??= new Kvm(this.#bus.nc).create(this.#bus.names.spendBucket, { history: 1, replicas: this.#replicas });
     return this.#kv;
   }
 

@@ -1,4 +1,4 @@
-import { jetstreamManager } from "@nats-io/jetstream";
+import { JetStreamApiError, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { TackError, type Names } from "@tack/bus";
@@ -24,6 +24,8 @@ export interface LeaseState {
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
+/** JetStream's answer to a compare-and-set whose revision is no longer the key's latest. */
+const WRONG_LAST_SEQUENCE = 10071;
 
 /**
  * Session ownership through a JetStream KV bucket: one key per session, claimed with
@@ -44,10 +46,13 @@ export class Leases {
     this.ttlMs = ttlMs;
   }
 
-  /** Opens (creating if needed) the lease bucket of a deployment. */
-  static async open(nc: NatsConnection, names: Names, owner: string, ttlMs: number): Promise<Leases> {
+  /**
+   * Opens (creating if needed) the lease bucket of a deployment; a new bucket gets `replicas`
+   * JetStream replicas (the log's: 1 on one server, 3 in a cluster), an existing one keeps its own.
+   */
+  static async open(nc: NatsConnection, names: Names, owner: string, ttlMs: number, options: { replicas?: number } = {}): Promise<Leases> {
     const kvm = new Kvm(nc);
-    const kv = await kvm.create(names.leaseBucket, { history: 1 });
+    const kv = await kvm.create(names.leaseBucket, { history: 1, replicas: options.replicas ?? 1 });
     return new Leases(kv, nc, names.leaseBucket, owner, ttlMs);
   }
 
@@ -105,12 +110,45 @@ export class Leases {
     }
   }
 
-  /** Extends a held lease; throws when someone else took it (we must stop writing). */
-  async renew(lease: Lease): Promise<void> {
-    try {
-      lease.revision = await this.#kv.update(lease.key, this.#value(), lease.revision);
-    } catch (error) {
-      throw new TackError("loop.lease_lost", `lost the lease on ${lease.key}: another loop took over the session`, { cause: error });
+  /**
+   * Extends a held lease; throws `loop.lease_lost` when someone else took it (we must stop
+   * writing). A write that fails without a verdict (a JetStream leader election in a cluster, a
+   * reconnect, a timeout) is retried for up to twice the TTL: the compare-and-set keeps it safe,
+   * since a loop that took the lease over meanwhile changed the revision. Calls made while one
+   * is under way share it.
+   */
+  renew(lease: Lease): Promise<void> {
+    const inflight = this.#renewing.get(lease);
+    if (inflight) return inflight;
+    const run = this.#renew(lease).finally(() => this.#renewing.delete(lease));
+    this.#renewing.set(lease, run);
+    return run;
+  }
+
+  readonly #renewing = new WeakMap<Lease, Promise<void>>();
+
+  async #renew(lease: Lease): Promise<void> {
+    const giveUpAt = Date.now() + 2 * this.ttlMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        lease.revision = await this.#kv.update(lease.key, this.#value(), lease.revision);
+        return;
+      } catch (error) {
+        if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) {
+          // Our own earlier attempt may have been stored before its reply was lost: only we write our owner id.
+          const now = await this.state(lease.key).catch(() => undefined);
+          if (now?.owner === this.owner) {
+            lease.revision = now.revision;
+            return;
+          }
+          throw new TackError("loop.lease_lost", `lost the lease on ${lease.key}: loop ${now?.owner ?? "(none)"} took over the session`, { cause: error });
+        }
+        const delay = Math.min(1_000, Math.max(50, this.ttlMs / 8), 100 * 2 ** attempt);
+        if (Date.now() + delay >= giveUpAt) {
+          throw new TackError("loop.lease_lost", `could not renew the lease on ${lease.key} for ${2 * this.ttlMs} ms (${(error as Error).message}); is NATS reachable? Another loop takes the session over once it expires`, { cause: error });
+        }
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
     }
   }
 

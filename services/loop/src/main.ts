@@ -16,6 +16,8 @@ await runMain("loop", async () => {
     // The log stream's limits follow the operator configuration (lifted when removed from it).
     logMaxBytes: retention.logMaxBytes,
     logMaxAgeDays: retention.logMaxAgeDays,
+    // Replicas of the log and of the lease, spend and spill buckets (operator `log.replicas`).
+    logReplicas: operator.log.replicas,
     ...(process.env.TACK_LEASE_TTL_MS ? { leaseTtlMs: Number(process.env.TACK_LEASE_TTL_MS) } : {}),
     ...(process.env.TACK_APPROVAL_TIMEOUT_MS ? { approvalTimeoutMs: Number(process.env.TACK_APPROVAL_TIMEOUT_MS) } : {}),
     ...(process.env.TACK_CONTEXT_WINDOW_TOKENS ? { contextWindowTokens: Number(process.env.TACK_CONTEXT_WINDOW_TOKENS) } : {}),

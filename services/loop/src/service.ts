@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { Subscription } from "@nats-io/nats-core";
-import { assertToken, Bus, TackError, type BusAuth } from "@tack/bus";
+import { assertToken, Bus, DEFAULT_SILENCE_MS, retryPolicy, TackError, type BusAuth, type Codec } from "@tack/bus";
+import { registerMicro } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
 import {
   CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest,
@@ -25,6 +26,12 @@ const Options = z.object({
   parallelToolCalls: z.number().int().min(1).max(10).default(10),
   toolTimeoutMs: z.number().int().min(1_000).default(660_000),
   llmIdleTimeoutMs: z.number().int().min(1_000).default(120_000),
+  /** A tools or llm worker silent this long (heartbeats included) counts as dead: its request is sent again. */
+  silenceMs: z.number().int().min(300).default(DEFAULT_SILENCE_MS),
+  /** How long llm and tools requests are retried after no replica answered or one died, before the turn fails. */
+  retryWindowMs: z.number().int().min(0).default(60_000),
+  /** A session with no turn running keeps its lease and in-memory state this long, so its next message finds it warm; 0 releases at once. */
+  idleReleaseMs: z.number().int().min(0).default(300_000),
   temperature: z.number().min(0).max(2).default(0),
   maxTokens: z.number().int().min(1).default(8_192),
   chunkPack: z.number().int().min(1).default(64),
@@ -89,11 +96,12 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     limits: { maxBytes: o.logMaxBytes, maxAgeMs: o.logMaxAgeDays === undefined ? undefined : o.logMaxAgeDays * 86_400_000 },
   });
   const owner = `loop-${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
-  const leases = await Leases.open(bus.nc, bus.names, owner, o.leaseTtlMs);
-  const budgets = new Budgets(bus, o.tenantBudgets);
+  const leases = await Leases.open(bus.nc, bus.names, owner, o.leaseTtlMs, { replicas: o.logReplicas });
+  const budgets = new Budgets(bus, o.tenantBudgets, { replicas: o.logReplicas });
   const settings: LoopSettings = {
     stepLimit: o.stepLimit, parallelToolCalls: o.parallelToolCalls, toolTimeoutMs: o.toolTimeoutMs, llmIdleTimeoutMs: o.llmIdleTimeoutMs,
     temperature: o.temperature, maxTokens: o.maxTokens, chunkPack: o.chunkPack, approvalTimeoutMs: o.approvalTimeoutMs,
+    silenceMs: o.silenceMs, retry: retryPolicy({ windowMs: o.retryWindowMs, baseDelayMs: 250, maxDelayMs: 5_000 }, "config.invalid"),
     compaction: {
       spillBytes: o.spillBytes, spillPreviewChars: o.spillPreviewChars, contextWindowTokens: o.contextWindowTokens, contextWindows: o.contextWindows,
       pruneAt: o.pruneAt, pruneHeadChars: o.pruneHeadChars, pruneTailChars: o.pruneTailChars, pruneKeep: o.pruneKeep, pruneMinimum: o.pruneMinimum,
@@ -115,14 +123,39 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   const deleting = new Set<string>();
   let stopped = false;
 
-  const forget = (runtime: SessionRuntime) => {
+  /** Idle sessions waiting for their release (warm: their next message needs no claim and no log read). */
+  const idleTimers = new Map<string, NodeJS.Timeout>();
+  const unschedule = (key: string) => {
+    clearTimeout(idleTimers.get(key));
+    idleTimers.delete(key);
+  };
+  /** Stops serving a session and gives its lease back. */
+  const release = (runtime: SessionRuntime) => {
     const key = Leases.key(runtime.tenant, runtime.sessionId);
     const entry = owned.get(key);
-    if (!entry || entry.runtime !== runtime || runtime.busy) return;
+    if (!entry || entry.runtime !== runtime || runtime.working) return;
+    unschedule(key);
     owned.delete(key);
     for (const subscription of entry.subscriptions) subscription.unsubscribe();
     runtime.dispose();
     void leases.release(runtime.lease);
+  };
+  /**
+   * Called when a session has nothing running: it stays warm (lease renewed, projection kept)
+   * for `idleReleaseMs`, then is released. A lost lease or an empty session is released at once.
+   */
+  const forget = (runtime: SessionRuntime) => {
+    const key = Leases.key(runtime.tenant, runtime.sessionId);
+    const entry = owned.get(key);
+    if (!entry || entry.runtime !== runtime || runtime.working) return;
+    if (runtime.lost || !runtime.meta || o.idleReleaseMs === 0 || stopped) return release(runtime);
+    unschedule(key);
+    const timer = setTimeout(() => {
+      idleTimers.delete(key);
+      release(runtime);
+    }, o.idleReleaseMs);
+    timer.unref();
+    idleTimers.set(key, timer);
   };
 
   const submitOn = (runtime: SessionRuntime) => async (req: SubmitMessageRequest): Promise<SubmitMessageResponse> => {
@@ -173,6 +206,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       let lease: Lease;
       if (entry) {
         // Idle but still ours: stop serving it, keep the lease for the deletion.
+        unschedule(key);
         owned.delete(key);
         for (const subscription of entry.subscriptions) subscription.unsubscribe();
         entry.runtime.dispose();
@@ -204,7 +238,11 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     const key = Leases.key(tenant, sessionId);
     if (deleting.has(key)) return Promise.reject(new TackError("loop.session_busy", `session ${sessionId} is being deleted`, { retryable: true }));
     const have = owned.get(key);
-    if (have) return Promise.resolve(have.runtime);
+    if (have) {
+      // Warm: in use again, so not released while it works (the turn's end schedules the release anew).
+      unschedule(key);
+      return Promise.resolve(have.runtime);
+    }
     const inflight = acquiring.get(key);
     if (inflight) return inflight;
     const p = (async () => {
@@ -268,10 +306,28 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     return { sessionId, subject: bus.names.logSubject(tenant, sessionId) };
   });
 
+  /**
+   * A queue-group request for a session another replica keeps warm goes to that owner's own
+   * subject (it holds the lease, so claiming would only wait it out); undefined when no other
+   * process serves the session, so the caller claims it.
+   */
+  const viaOwner = async <Req, Res>(tenant: string, sessionId: string, subject: string, reqCodec: Codec<Req>, req: Req, resCodec: Codec<Res>): Promise<Res | undefined> => {
+    const key = Leases.key(tenant, sessionId);
+    if (owned.has(key) || acquiring.has(key) || deleting.has(key)) return undefined;
+    try {
+      return await bus.request(subject, reqCodec, req, resCodec, { timeoutMs: 5 * 60_000, silenceMs: DEFAULT_SILENCE_MS });
+    } catch (error) {
+      if (error instanceof TackError && (error.code === "bus.no_responders" || error.code === "bus.worker_lost")) return undefined;
+      throw error;
+    }
+  };
+
   bus.serve(bus.names.loopSubmit, "loop", SubmitMessageRequest, SubmitMessageResponse, async (req) => {
     const tenant = req.tenant || "local";
     assertToken("session id", req.sessionId);
     assertToken("tenant", tenant);
+    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionSubmit(req.sessionId), SubmitMessageRequest, req, SubmitMessageResponse);
+    if (forwarded) return forwarded;
     const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
     try {
       return await submitOn(runtime)(req);
@@ -288,6 +344,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     const tenant = req.tenant || "local";
     assertToken("session id", req.sessionId);
     assertToken("tenant", tenant);
+    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionDecide(req.sessionId), DecideApprovalRequest, req, DecideApprovalResponse);
+    if (forwarded) return forwarded;
     const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
     try {
       return await decideOn(runtime)(req);
@@ -302,6 +360,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     const tenant = req.tenant || "local";
     assertToken("session id", req.sessionId);
     assertToken("tenant", tenant);
+    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionMode(req.sessionId), SetSandboxModeRequest, req, SetSandboxModeResponse);
+    if (forwarded) return forwarded;
     const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
     try {
       return await modeOn(runtime)(req);
@@ -315,6 +375,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     const tenant = req.tenant || "local";
     assertToken("session id", req.sessionId);
     assertToken("tenant", tenant);
+    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionDelete(req.sessionId), DeleteSessionRequest, req, DeleteSessionResponse);
+    if (forwarded) return forwarded;
     return remove(tenant, req.sessionId, req.deletedBy);
   });
 
@@ -337,6 +399,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   scanner.unref();
   // Make sure the server knows our subscriptions before anyone is told we are up.
   await bus.nc.flush();
+  // Discoverable as micro-service tack-loop ($SRV.PING/INFO/STATS), with its lease owner id.
+  await registerMicro(bus, { service: "loop", description: "runs sessions: turns, steps, tool calls, recovery", metadata: { owner } });
 
   return {
     owner,
@@ -344,6 +408,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     async stop() {
       stopped = true;
       clearInterval(scanner);
+      for (const timer of idleTimers.values()) clearTimeout(timer);
+      idleTimers.clear();
       for (const { runtime, subscriptions } of owned.values()) {
         for (const subscription of subscriptions) subscription.unsubscribe();
         runtime.dispose();

@@ -1,18 +1,19 @@
 import { readFileSync } from "node:fs";
 import { context } from "@opentelemetry/api";
-import { inSpan, requestStream, TackError, type Bus } from "@tack/bus";
+import { inSpan, retrying, TackError, type Bus, type RetryPolicy } from "@tack/bus";
 import {
   deriveRequest, draft, Projection, readAll, serializeRequest, SessionLogWriter, type Draft, type ModelRequest, type SpillBucket,
 } from "@tack/log";
 import {
-  CallToolRequest, CallToolResponse, CompleteRequest, CompleteStreamMessage, Delta, ListToolsRequest, ListToolsResponse, Surface_Kind,
-  type ApprovalAsked, type CompleteDone, type Event, type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
+  CallToolResponse, ListToolsRequest, ListToolsResponse, Surface_Kind, type ApprovalAsked, type CompleteDone, type Event, type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import {
   approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, PendingApprovals, planCalls, sandboxModeOf, type CallPlan, type DecidedPlan, type Decision,
 } from "./approvals.js";
 import { Compactor, type CompactionSettings } from "./compaction.js";
+import { dispatchTool, limiter } from "./dispatch.js";
+import { callModel } from "./model-call.js";
 import { assertNoWiderProcesses, assertSandboxMode } from "./mode.js";
 import { sessionSpend, type Budgets } from "./budget.js";
 import type { Lease, Leases } from "./lease.js";
@@ -27,6 +28,10 @@ export interface LoopSettings {
   readonly toolTimeoutMs: number;
   /** Longest silence in a model reply stream. */
   readonly llmIdleTimeoutMs: number;
+  /** Longest silence (not even a heartbeat) of an llm or tools worker before it counts as dead and the request is sent again. */
+  readonly silenceMs: number;
+  /** Retries of llm and tools requests that no replica answered or whose replica died (window default 60 s). */
+  readonly retry: RetryPolicy;
   readonly temperature: number;
   readonly maxTokens: number;
   /** Deltas packed into one `assistant/chunks` event at most. */
@@ -121,6 +126,11 @@ export class SessionRuntime {
   get meta(): SessionCreated | undefined {
     const first = this.events[0]?.payload;
     return first?.$case === "sessionCreated" ? first.value : undefined;
+  }
+
+  /** True once the lease is lost or the runtime disposed: it must not write again. */
+  get lost(): boolean {
+    return this.#lost;
   }
 
   /** True while a turn runs. */
@@ -361,7 +371,7 @@ export class SessionRuntime {
   /** One step: header, compaction, verification, model call, tool calls. Returns true when the model asked for tools. */
   async #step(turn: number, step: number): Promise<boolean> {
     await this.append(draft("stepStart", { turn, step }, SOURCE));
-    await this.#logHeaderIfChanged();
+    await this.#logHeaderIfChanged(turn, step);
     await this.#compactor.beforeRequest({
       projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
       callModel: (request) => this.#callModel(turn, step, request, false),
@@ -389,17 +399,23 @@ export class SessionRuntime {
     return true;
   }
 
-  async #toolSpecs(mode: string): Promise<ToolSpec[]> {
-    this.#tools ??= (await this.#deps.bus.request(this.#deps.bus.names.toolsList, ListToolsRequest, { mode }, ListToolsResponse, { timeoutMs: 10_000 })).tools;
+  /** The tools of `mode`, asked of the tools service once per runtime; retried (as `tool/retry` events without a call id) while no worker answers. */
+  async #toolSpecs(mode: string, turn: number, step: number): Promise<ToolSpec[]> {
+    const { bus, settings } = this.#deps;
+    this.#tools ??= (await retrying(settings.retry, () => bus.request(bus.names.toolsList, ListToolsRequest, { mode }, ListToolsResponse, { timeoutMs: 10_000 }), {
+      onRetry: async ({ attempt, error, delayMs }) => {
+        await this.append(draft("toolRetry", { callId: "", turn, step, attempt, hop: "tools", code: error.code, message: error.message, delayMs }, SOURCE));
+      },
+    })).tools;
     return this.#tools;
   }
 
-  async #logHeaderIfChanged(): Promise<void> {
+  async #logHeaderIfChanged(turn: number, step: number): Promise<void> {
     const meta = this.meta!;
     const systemPrompt = SYSTEM_PROMPTS[meta.mode];
     if (systemPrompt === undefined) throw new TackError("loop.unknown_mode", `mode ${meta.mode} is unknown; known modes: ${MODES.join(", ")}`);
     const header: Omit<RequestHeader, "reason"> = {
-      model: meta.model, systemPrompt, tools: await this.#toolSpecs(meta.mode),
+      model: meta.model, systemPrompt, tools: await this.#toolSpecs(meta.mode, turn, step),
       temperature: this.#deps.settings.temperature, maxTokens: this.#deps.settings.maxTokens,
     };
     const previous = this.projection.header;
@@ -425,40 +441,13 @@ export class SessionRuntime {
     return cached;
   }
 
-  /** Streams one model call; its deltas are logged as `assistant/chunks` when `logChunks` (not for a summary, which is no assistant message). */
-  async #callModel(turn: number, step: number, request: ModelRequest, logChunks = true): Promise<CompleteDone> {
-    const pending: Delta[] = [];
-    let done: CompleteDone | undefined;
-    let error: TackError | undefined;
-    let flushing: Promise<unknown> = Promise.resolve();
-    let retries: Promise<unknown> = Promise.resolve();
-    const flush = () => {
-      if (pending.length === 0) return;
-      const deltas = pending.splice(0);
-      flushing = this.append(draft("assistantChunks", { turn, step, deltas }, SOURCE));
-    };
-    await requestStream(this.#deps.bus, this.#deps.bus.names.llmComplete, CompleteRequest, {
-      sessionId: this.sessionId, model: request.model, systemPrompt: request.systemPrompt, tools: [...request.tools],
-      messages: [...request.messages], temperature: request.temperature, maxTokens: request.maxTokens,
-    }, CompleteStreamMessage, (m) => {
-      const body = m.body;
-      if (body?.$case === "delta") {
-        if (!logChunks) return;
-        pending.push(body.value);
-        if (pending.length >= this.#deps.settings.chunkPack) flush();
-      } else if (body?.$case === "retry") {
-        // The attempt so far is void: its unlogged deltas are dropped and the retry is an event.
-        pending.length = 0;
-        const r = body.value;
-        retries = this.append(draft("llmRetry", { turn, step, attempt: r.attempt, code: r.code, message: r.message, delayMs: r.delayMs }, SOURCE));
-      } else if (body?.$case === "done") done = body.value;
-      else if (body?.$case === "error") error = TackError.fromBusError(body.value);
-    }, (m) => m.body?.$case === "done" || m.body?.$case === "error", { idleTimeoutMs: this.#deps.settings.llmIdleTimeoutMs });
-    flush();
-    await Promise.all([flushing, retries]);
-    if (error) throw error;
-    if (!done) throw new TackError("llm.empty_reply", "the model reply stream ended without a final message");
-    return done;
+  /** Streams one model call (see `callModel`); its deltas are logged as `assistant/chunks` when `logChunks`. */
+  #callModel(turn: number, step: number, request: ModelRequest, logChunks = true): Promise<CompleteDone> {
+    const { bus, settings } = this.#deps;
+    return callModel({
+      bus, sessionId: this.sessionId, append: (...drafts) => this.append(...drafts), chunkPack: settings.chunkPack,
+      llmIdleTimeoutMs: settings.llmIdleTimeoutMs, silenceMs: settings.silenceMs, retry: settings.retry,
+    }, turn, step, request, logChunks);
   }
 
   async #runTools(turn: number, step: number, calls: ToolCall[], assistantSeq: number): Promise<void> {
@@ -482,7 +471,7 @@ export class SessionRuntime {
       let result: CallToolResponse;
       if (plan.kind === "refuse") {
         if (plan.decided) await this.append(draft("approvalDecided", plan.decided, SOURCE));
-        result = { content: plan.content, isError: true, durationMs: 0 };
+        result = CallToolResponse.fromPartial({ content: plan.content, isError: true, durationMs: 0 });
       } else {
         const { mode, note } = plan;
         result = await slot(() => this.#dispatch(call, mode, turn, step));
@@ -509,38 +498,14 @@ export class SessionRuntime {
     return outcomePlan(call, await decided, asked.currentMode);
   }
 
-  /** Logs `tool/call` and runs the call under sandbox mode `mode`; a tools service that cannot be reached is a result too. */
-  async #dispatch(call: ToolCall, mode: string, turn: number, step: number): Promise<CallToolResponse> {
-    await this.append(draft("toolCall", { callId: call.id, name: call.name, arguments: call.arguments, turn, step }, SOURCE));
-    const started = performance.now();
-    try {
-      return await this.#deps.bus.request(this.#deps.bus.names.toolsCall, CallToolRequest, {
-        sessionId: this.sessionId, tenant: this.tenant, callId: call.id, name: call.name, arguments: call.arguments,
-        workspace: this.meta!.workspace, sandboxMode: mode,
-      }, CallToolResponse, { timeoutMs: this.#deps.settings.toolTimeoutMs });
-    } catch (error) {
-      const e = TackError.from(error);
-      return { content: `Tool ${call.name} could not run: ${e.message}`, isError: true, durationMs: performance.now() - started };
-    }
+  /** Logs `tool/call` and runs the call under sandbox mode `mode` (see `dispatchTool`). */
+  #dispatch(call: ToolCall, mode: string, turn: number, step: number): Promise<CallToolResponse> {
+    const { bus, settings } = this.#deps;
+    return dispatchTool({
+      bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, append: (...drafts) => this.append(...drafts),
+      toolTimeoutMs: settings.toolTimeoutMs, silenceMs: settings.silenceMs, retry: settings.retry,
+    }, call, mode, turn, step);
   }
-}
-
-/** Runs functions at most `width` at once, starting them in the order they asked. */
-function limiter(width: number): <T>(fn: () => Promise<T>) => Promise<T> {
-  let active = 0;
-  const queue: Array<() => void> = [];
-  return async (fn) => {
-    if (active < width) active++;
-    else await new Promise<void>((resolve) => queue.push(resolve));
-    try {
-      return await fn();
-    } finally {
-      // Hand the slot straight to the next in line, or free it.
-      const next = queue.shift();
-      if (next) next();
-      else active--;
-    }
-  };
 }
 
 function surfaceFor(assistantSeq: number) {

@@ -44,7 +44,7 @@ beforeAll(async () => {
   bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
     const args = JSON.parse(req.arguments) as Record<string, unknown>;
     ran.push({ callId: req.callId, command: args.command ?? args.path, mode: req.sandboxMode });
-    return { content: `ran in ${req.sandboxMode}`, isError: false, durationMs: 1 };
+    return CallToolResponse.fromPartial({ content: `ran in ${req.sandboxMode}`, isError: false, durationMs: 1 });
   });
 });
 

@@ -128,9 +128,9 @@ describe("compaction", () => {
     expect(read).toMatchObject({ callId: "read_1", isError: false, content: `${line(1000)}\n${line(1001)}\n${line(1002)}\n\n(showing lines 1000-1002 of 1201; read more with offset=1003)` });
     // Another session, or the same session id under another tenant, cannot read it.
     for (const address of [{ tenant: "local", sessionId: "someoneelse" }, { tenant: "other", sessionId }]) {
-      const response = await bus.request(bus.names.toolsCall, CallToolRequest, {
+      const response = await bus.request(bus.names.toolsCall, CallToolRequest, CallToolRequest.fromPartial({
         ...address, callId: "c", name: "read", arguments: JSON.stringify({ path: "tack-spill:big_1" }), workspace, sandboxMode: "workspace-write",
-      }, CallToolResponse);
+      }), CallToolResponse);
       expect(response).toMatchObject({ isError: true, content: expect.stringMatching(/^No spilled result tack-spill:big_1 in this session/) });
     }
   });

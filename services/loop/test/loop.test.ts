@@ -61,7 +61,7 @@ beforeAll(async () => {
     await new Promise((r) => setTimeout(r, 20));
     await toolGate;
     inFlight--;
-    return { content: `ran ${req.name} ${req.arguments}`, isError: false, durationMs: 1 };
+    return CallToolResponse.fromPartial({ content: `ran ${req.name} ${req.arguments}`, isError: false, durationMs: 1 });
   });
 });
 

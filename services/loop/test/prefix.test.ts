@@ -35,7 +35,7 @@ beforeAll(async () => {
   bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ({
     tools: [{ name: "read", description: "Read a file.", parametersJson: '{"type":"object"}' }],
   }));
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => ({
+  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => CallToolResponse.fromPartial({
     content: `contents of ${JSON.parse(req.arguments).path}\n${"x".repeat(200)}`, isError: false, durationMs: 1,
   }));
   loop = await startLoopService({ natsUrl: NATS_URL, namespace: bus.names.namespace, stepLimit: STEPS + 5 });

@@ -41,5 +41,5 @@ export async function runExec(channel: AgentChannel, request: ExecRequest): Prom
     cap: Math.min(request.maxOutputBytes || MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES),
     stdin: request.stdin,
   });
-  return { ...result, durationMs: performance.now() - startedAt };
+  return { ...result, durationMs: performance.now() - startedAt, replayed: false };
 }

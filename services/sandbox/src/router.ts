@@ -1,5 +1,5 @@
 import { RequestError } from "@nats-io/nats-core";
-import { TackError, type Bus, type Codec } from "@tack/bus";
+import { DEFAULT_SILENCE_MS, TackError, type Bus, type Codec } from "@tack/bus";
 import { modeRank, tenantPolicy, type OperatorConfig } from "@tack/config";
 import {
   EnsureSandboxRequest,
@@ -140,7 +140,8 @@ export class Router {
   // The owner's answer, or undefined when the owner has no subscriber (it is gone).
   async #forward<Req, Res>(replicaId: string, verb: "ensure" | "exec" | "release" | "processes", requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, timeoutMs: number): Promise<Res | undefined> {
     try {
-      return await this.#bus.request(replicaSubject(this.#bus.names.namespace, replicaId, verb), requestCodec, request, responseCodec, { timeoutMs });
+      // Heartbeats show the owner alive through a long command; one that dies mid-request is `bus.worker_lost` (retryable).
+      return await this.#bus.request(replicaSubject(this.#bus.names.namespace, replicaId, verb), requestCodec, request, responseCodec, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS });
     } catch (error) {
       if (error instanceof TackError && error.code === "bus.no_responders") return undefined;
       throw error;

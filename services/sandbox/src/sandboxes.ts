@@ -4,6 +4,7 @@ import { assertToken, TackError } from "@tack/bus";
 import type { ExecRequest, ExecResponse } from "@tack/proto";
 import type { AgentChannel, AgentListing } from "./agent.js";
 import type { InstalledAgent } from "./agent-copy.js";
+import { ExecMemory } from "./calls.js";
 import { removeContainer, reopen, startNew, type RuntimeCheck, type Started } from "./container.js";
 import { dockerFailure, statusOf } from "./docker.js";
 import type { Egress } from "./egress.js";
@@ -50,6 +51,8 @@ interface Entry {
   channel: AgentChannel | undefined;
   lastUsedAt: number;
   activeExecs: number;
+  /** Keyed execs run in this container by this process (replays for retried tool calls). */
+  readonly memory: ExecMemory;
 }
 
 // A replica is declared dead after failing to answer pings for this long (at least two sweeps).
@@ -93,6 +96,8 @@ export class Sandboxes {
   readonly #agent: InstalledAgent;
   readonly #locks = new Map<string, Promise<void>>();
   readonly #suspects = new Map<string, number>();
+  /** (session, mode) keys whose last container this process removed without a release: the next one's exec memory starts late. */
+  readonly #disrupted = new Set<string>();
 
   constructor(docker: Docker, options: CompiledOptions, placements: Placements, pool: Pool | undefined, runtimes: RuntimeCheck, warn: (message: string) => void, egress: Egress, agent: InstalledAgent) {
     this.#agent = agent;
@@ -188,6 +193,7 @@ export class Sandboxes {
         }
         // Its container was removed behind our back: the session gets a new one.
         this.#entries.delete(k);
+        this.#disrupted.add(k);
         await this.#placements.delete(input.sessionId, input.mode, entry.containerId);
       }
       this.#checkTenantLimit(input.tenant);
@@ -206,7 +212,8 @@ export class Sandboxes {
     entry.activeExecs += 1;
     entry.lastUsedAt = Date.now();
     try {
-      return { local: await runExec(entry.channel, request) };
+      const channel = entry.channel;
+      return { local: await entry.memory.run(request, () => runExec(channel, request)) };
     } finally {
       entry.activeExecs -= 1;
       entry.lastUsedAt = Date.now();
@@ -271,6 +278,7 @@ export class Sandboxes {
       if (current?.placement.replica !== placement.replica || current.placement.container_id !== placement.container_id) return;
       if (placement.container_id) await removeContainer(this.#docker, placement.container_id);
       if (placement.slot) await removeSlotAt(placement.slot);
+      this.#disrupted.add(key(sessionId, mode));
       await this.#placements.delete(sessionId, mode, placement.container_id);
     });
   }
@@ -384,7 +392,7 @@ export class Sandboxes {
       } finally {
         this.#pool.fill();
       }
-      this.#remember(sessionId, mode, placement, slot.channel);
+      this.#remember(sessionId, mode, placement, slot.channel, this.#firstOfItsLine(sessionId, mode));
       return { local: { containerId: slot.containerId, created: true, runtime: this.#options.runtime, pooled: true } };
     }
 
@@ -429,7 +437,7 @@ export class Sandboxes {
       }), label(sessionId, mode));
       const placement: Placement = { ...base, container_id: started.id, ...(mountPath ? { slot: mountPath } : {}) };
       await this.#placements.update(sessionId, mode, placement, revision);
-      this.#remember(sessionId, mode, placement, started.channel);
+      this.#remember(sessionId, mode, placement, started.channel, this.#firstOfItsLine(sessionId, mode));
     } catch (error) {
       if (started) {
         started.channel.close();
@@ -468,12 +476,27 @@ export class Sandboxes {
     if (!record.placement.container_id) {
       // A reservation of ours without a container: this process died while starting it.
       await this.#placements.delete(sessionId, mode, "");
+      this.#disrupted.add(key(sessionId, mode));
       return undefined;
     }
     return this.#remember(sessionId, mode, record.placement, undefined);
   }
 
-  #remember(sessionId: string, mode: SandboxMode, placement: Placement, channel: AgentChannel | undefined): Entry {
+  /**
+   * True when the container being started for (session, mode) follows none that this process
+   * had to remove unreleased (taken over from a dead replica, vanished, or half started): only
+   * then can an exec key it has not seen be known never to have run.
+   */
+  #firstOfItsLine(sessionId: string, mode: SandboxMode): boolean {
+    return !this.#disrupted.delete(key(sessionId, mode));
+  }
+
+  /**
+   * Remembers a container of this process. `fresh`: started just now by this process as the
+   * first of its line, so its exec memory covers everything that ever ran for it; otherwise
+   * (adopted after a restart, or following a container that was lost) the memory starts now.
+   */
+  #remember(sessionId: string, mode: SandboxMode, placement: Placement, channel: AgentChannel | undefined, fresh = false): Entry {
     const entry: Entry = {
       sessionId,
       mode,
@@ -486,6 +509,7 @@ export class Sandboxes {
       channel,
       lastUsedAt: Date.now(),
       activeExecs: 0,
+      memory: new ExecMemory(fresh ? 0 : Date.now()),
     };
     this.#entries.set(key(sessionId, mode), entry);
     return entry;

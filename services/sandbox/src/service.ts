@@ -2,6 +2,7 @@ import { join } from "node:path";
 import Docker from "dockerode";
 import { trace } from "@opentelemetry/api";
 import { Bus, inSpan } from "@tack/bus";
+import { registerMicro } from "@tack/bus";
 import {
   CreateWorkspaceRequest,
   CreateWorkspaceResponse,
@@ -147,6 +148,8 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
 
   // Round trip to the server so that the subscriptions are in place when this function returns.
   await bus.nc.flush();
+  // Discoverable as micro-service tack-sandbox ($SRV.PING/INFO/STATS), with its replica id.
+  await registerMicro(bus, { service: "sandbox", description: "sandbox containers and the commands run in them", metadata: { replica: compiled.replicaId, runtime: compiled.runtime } });
   pool?.fill();
   let collectedAt = 0;
   let collecting: Promise<void> = Promise.resolve();

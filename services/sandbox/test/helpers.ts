@@ -104,6 +104,9 @@ export class Harness {
 
   async exec(sessionId: string, argv: string[], options: Partial<Omit<ExecRequest, "stdin">> & { stdin?: string } = {}): Promise<ExecResult> {
     const request: ExecRequest = {
+      execKey: options.execKey ?? "",
+      attempt: options.attempt ?? 0,
+      firstAttemptAtMs: options.firstAttemptAtMs ?? 0,
       sessionId,
       argv,
       cwd: options.cwd ?? "",

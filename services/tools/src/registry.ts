@@ -1,9 +1,9 @@
 import { trace } from "@opentelemetry/api";
-import { inSpan, TackError } from "@tack/bus";
+import { inSpan, TackError, type RetryPolicy } from "@tack/bus";
 import type { CallToolRequest, CallToolResponse, ToolSpec } from "@tack/proto";
 import { z } from "zod";
 import { parseSandboxMode } from "./permissions.js";
-import type { SandboxClient } from "./sandbox.js";
+import { CallSandbox, sandboxRetryPolicy, type SandboxClient } from "./sandbox.js";
 import { ToolError, type SpillReader, type Tool } from "./tool.js";
 import { bash } from "./tools/bash.js";
 import { edit } from "./tools/edit.js";
@@ -47,6 +47,8 @@ export interface CallToolContext {
   readonly spills: SpillReader;
   /** Aborts in-flight sandbox calls (the service is stopping). */
   readonly signal: AbortSignal;
+  /** How sandbox requests are retried when no replica answers or one stops answering (default: 60 s window). */
+  readonly retry?: RetryPolicy;
 }
 
 /**
@@ -59,6 +61,10 @@ export interface CallToolContext {
  */
 export async function callTool(request: CallToolRequest, context: CallToolContext): Promise<CallToolResponse> {
   const started = performance.now();
+  const sandbox = new CallSandbox(context.sandbox, {
+    callId: request.callId, attempt: request.attempt || 1, firstAttemptAtMs: Number(request.firstAttemptAtMs) || Date.now(),
+  }, context.retry ?? sandboxRetryPolicy(), context.signal);
+  context = { ...context, sandbox };
   const tool = TOOLS.get(request.name);
   if (!tool) {
     const available = [...TOOLS.keys()].join(", ");
@@ -72,7 +78,7 @@ export async function callTool(request: CallToolRequest, context: CallToolContex
     trace.getActiveSpan()?.setAttribute("tool.is_error", outcome.isError);
     return outcome;
   });
-  return { content: capResult(content), isError, durationMs: performance.now() - started };
+  return { content: capResult(content), isError, durationMs: performance.now() - started, retries: sandbox.retries, replayed: sandbox.replayed };
 }
 
 async function runTool(tool: Tool, request: CallToolRequest, context: CallToolContext): Promise<{ content: string; isError: boolean }> {

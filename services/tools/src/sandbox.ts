@@ -1,5 +1,5 @@
-import { TackError, type Bus } from "@tack/bus";
-import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse } from "@tack/proto";
+import { DEFAULT_SILENCE_MS, retrying, retryPolicy, TackError, type Bus, type RetryPolicy } from "@tack/bus";
+import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, type HopRetry } from "@tack/proto";
 
 /** The session's sandbox as the tools see it: make sure it exists, then run commands in it. */
 export interface SandboxClient {
@@ -29,7 +29,7 @@ export class BusSandboxClient implements SandboxClient {
 
   async ensure(request: EnsureSandboxRequest): Promise<void> {
     await this.#bus.request(this.#bus.names.sandboxEnsure, EnsureSandboxRequest, request, EnsureSandboxResponse, {
-      timeoutMs: ENSURE_TIMEOUT_MS,
+      timeoutMs: ENSURE_TIMEOUT_MS, silenceMs: DEFAULT_SILENCE_MS,
     });
   }
 
@@ -38,8 +38,79 @@ export class BusSandboxClient implements SandboxClient {
     const timeoutMs = (request.timeoutMs || UNSPECIFIED_EXEC_TIMEOUT_MS) + EXEC_MARGIN_MS;
     // The exec contract has no cancel message: on abort we stop waiting, and the command
     // runs on in the container until its own timeout.
-    return abortable(this.#bus.request(this.#bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs }), signal);
+    return abortable(this.#bus.request(this.#bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS }), signal);
   }
+}
+
+/** Which tool call a `CallSandbox` serves. */
+export interface CallIdentity {
+  readonly callId: string;
+  /** 1 for the first dispatch of the call, higher for a retry after a lost worker. */
+  readonly attempt: number;
+  /** When the loop first dispatched the call (ms since the epoch). */
+  readonly firstAttemptAtMs: number;
+}
+
+/**
+ * The sandbox as one tool call sees it: each exec carries the idempotency key
+ * `<call id>#<n>` (n counting the call's execs), so a retried call replays what already ran
+ * instead of running it twice; a request that no sandbox replica answered, or whose replica
+ * stopped answering, is sent again with backoff within the policy's window, and each such
+ * retry is kept in `retries` (the loop logs them as `tool/retry`).
+ */
+export class CallSandbox implements SandboxClient {
+  readonly retries: HopRetry[] = [];
+  readonly #inner: SandboxClient;
+  readonly #call: CallIdentity;
+  readonly #policy: RetryPolicy;
+  readonly #signal: AbortSignal;
+  #execs = 0;
+  #replayed = false;
+
+  constructor(inner: SandboxClient, call: CallIdentity, policy: RetryPolicy, signal: AbortSignal) {
+    this.#inner = inner;
+    this.#call = call;
+    this.#policy = policy;
+    this.#signal = signal;
+  }
+
+  /** True when at least one exec was answered from the sandbox's record of an earlier attempt. */
+  get replayed(): boolean {
+    return this.#replayed;
+  }
+
+  ensure(request: EnsureSandboxRequest): Promise<void> {
+    return this.#retrying(() => this.#inner.ensure(request));
+  }
+
+  async exec(request: ExecRequest, signal: AbortSignal): Promise<ExecResponse> {
+    this.#execs += 1;
+    const keyed: ExecRequest = {
+      ...request, execKey: `${this.#call.callId}#${this.#execs}`, attempt: this.#call.attempt, firstAttemptAtMs: this.#call.firstAttemptAtMs,
+    };
+    const response = await this.#retrying(() => this.#inner.exec(keyed, signal));
+    if (response.replayed) this.#replayed = true;
+    return response;
+  }
+
+  #retrying<T>(send: () => Promise<T>): Promise<T> {
+    return retrying(this.#policy, send, {
+      signal: this.#signal,
+      // A cancelled call is the tools service stopping: the loop sends it to another worker.
+      retryable: (error) => error.retryable && error.code !== "tools.cancelled",
+      onRetry: ({ attempt, error, delayMs }) => {
+        this.retries.push({ attempt, code: error.code, message: error.message, delayMs });
+      },
+    });
+  }
+}
+
+/** The retry window of sandbox requests when none is configured: a restarted sandbox service answers well within it. */
+export const DEFAULT_RETRY_WINDOW_MS = 60_000;
+
+/** The policy of a tools worker's retries to the sandbox service. */
+export function sandboxRetryPolicy(windowMs = DEFAULT_RETRY_WINDOW_MS): RetryPolicy {
+  return retryPolicy({ windowMs, baseDelayMs: 250, maxDelayMs: 5_000 }, "tools.invalid_options");
 }
 
 /** The error every SandboxClient rejects with when a call is cancelled. */

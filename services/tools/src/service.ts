@@ -1,8 +1,9 @@
 import { assertToken, Bus, TackError, type BusAuth } from "@tack/bus";
+import { registerMicro } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
 import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
 import { callTool, listTools } from "./registry.js";
-import { BusSandboxClient } from "./sandbox.js";
+import { BusSandboxClient, sandboxRetryPolicy } from "./sandbox.js";
 import type { SpillReader } from "./tool.js";
 
 /** How to start a tools service. */
@@ -13,6 +14,8 @@ export interface ToolsServiceOptions {
   natsAuth?: BusAuth;
   /** Subject namespace (default `tack`); tests use a unique one. */
   namespace?: string;
+  /** How long a call keeps retrying a sandbox service that does not answer (default 60 s). */
+  retryWindowMs?: number;
 }
 
 /** A running tools service. */
@@ -39,6 +42,7 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
   }
   const bus = await Bus.connect({ url: options.natsUrl, namespace, name: "tack-tools", ...options.natsAuth });
   const sandbox = new BusSandboxClient(bus);
+  const retry = sandboxRetryPolicy(options.retryWindowMs);
   // The loop creates the spill bucket at its first spill; until then there is nothing to read.
   let bucket: SpillBucket | undefined;
   const spills: SpillReader = {
@@ -58,9 +62,11 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
   const subscriptions = [
     bus.serve(bus.names.toolsList, QUEUE, ListToolsRequest, ListToolsResponse, async (request) => ({ tools: listTools(request.mode) })),
     bus.serve(bus.names.toolsCall, QUEUE, CallToolRequest, CallToolResponse, (request) =>
-      track(callTool(request, { sandbox, spills, signal: stopping.signal })),
+      track(callTool(request, { sandbox, spills, signal: stopping.signal, retry })),
     ),
   ];
+  // Discoverable as micro-service tack-tools ($SRV.PING/INFO/STATS) once it serves.
+  await registerMicro(bus, { service: "tools", description: "the agent's tools, run in the session's sandbox" });
 
   return {
     async stop() {

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Bus, TackError } from "@tack/bus";
@@ -21,7 +21,13 @@ beforeEach(async () => {
   namespace = `t${randomBytes(6).toString("hex")}`;
   root = await mkdtemp(join(tmpdir(), "tack-tools-bus-"));
   // Test-only stand-in for the sandbox service on its subjects; the real one is tested end to end.
-  sandboxResponder = await Bus.connect({ url: NATS_URL, namespace, name: "test-sandbox" });
+  sandboxResponder = await startSandboxResponder();
+  service = await startToolsService({ natsUrl: NATS_URL, namespace });
+  client = await Bus.connect({ url: NATS_URL, namespace, name: "test-client" });
+});
+
+async function startSandboxResponder(): Promise<Bus> {
+  const sandboxResponder = await Bus.connect({ url: NATS_URL, namespace, name: "test-sandbox" });
   const local = new LocalSandboxClient(root);
   const never = new AbortController().signal;
   sandboxResponder.serve(sandboxResponder.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, async (request) => {
@@ -29,9 +35,9 @@ beforeEach(async () => {
     return { containerId: `local-${request.sessionId}`, created: local.ensured.length === 1, runtime: "local" };
   });
   sandboxResponder.serve(sandboxResponder.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, (request) => local.exec(request, never));
-  service = await startToolsService({ natsUrl: NATS_URL, namespace });
-  client = await Bus.connect({ url: NATS_URL, namespace, name: "test-client" });
-});
+  await sandboxResponder.nc.flush();
+  return sandboxResponder;
+}
 
 afterEach(async () => {
   await (await SpillBucket.open(client.nc, client.names))?.destroy();
@@ -45,7 +51,7 @@ const call = (name: string, args: unknown, sessionId = "s1") =>
   client.request(
     client.names.toolsCall,
     CallToolRequest,
-    { sessionId, tenant: "t1", callId: "c1", name, arguments: JSON.stringify(args), workspace: root, sandboxMode: "workspace-write" },
+    CallToolRequest.fromPartial({ sessionId, tenant: "t1", callId: "c1", name, arguments: JSON.stringify(args), workspace: root, sandboxMode: "workspace-write" }),
     CallToolResponse,
   );
 
@@ -88,10 +94,30 @@ describe("bus", () => {
     expect(error).toMatchObject({ code: "tools.unknown_tool", message: 'unknown tool "teleport"; available tools: read, write, edit, glob, grep, bash' });
   });
 
-  it("bus - tools.call without a sandbox service answers bus.no_responders", async () => {
+  it("bus - tools.call without a sandbox service retries for the window, then answers bus.no_responders", async () => {
+    await service.stop();
+    service = await startToolsService({ natsUrl: NATS_URL, namespace, retryWindowMs: 1_000 });
     await sandboxResponder.close();
+    const started = performance.now();
     const error = await call("read", { path: "x" }).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: "bus.no_responders", retryable: true });
+    // It kept trying for about the window (not once, not forever).
+    expect(performance.now() - started).toBeGreaterThan(500);
+    expect(performance.now() - started).toBeLessThan(10_000);
+  });
+
+  it("bus - a sandbox service that comes back within the window answers the call, and each retry is reported", async () => {
+    await sandboxResponder.close();
+    await writeFile(join(root, "back.txt"), "I am back\n");
+    const pending = call("read", { path: "back.txt" });
+    // A sandbox outage of 700 ms (the scenario itself, not a wait for a condition): attempts in it find no responder.
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    sandboxResponder = await startSandboxResponder();
+    const response = await pending;
+    expect(response.isError).toBe(false);
+    expect(response.content).toContain("I am back");
+    expect(response.retries.length).toBeGreaterThan(0);
+    expect(response.retries[0]).toMatchObject({ attempt: 1, code: "bus.no_responders" });
   });
 
   it("bus - stopping the service answers in-flight calls with tools.cancelled", async () => {

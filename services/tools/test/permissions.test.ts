@@ -24,6 +24,8 @@ describe("denials", () => {
       isError: true,
       content: `Denied: sandbox mode read-only does not allow writing notes.txt.\n${retryWith("workspace-write")}`,
       durationMs: expect.any(Number),
+      retries: [],
+      replayed: false,
     });
     expect(ws.sandbox.executed).toHaveLength(0);
   });

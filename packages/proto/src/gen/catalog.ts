@@ -36,4 +36,5 @@ export const EVENT_CATALOG: readonly EventTypeInfo[] = [
   { type: "llm/retry", payloadCase: "llmRetry", modelVisible: false, ignorable: false },
   { type: "context/pruned", payloadCase: "contextPruned", modelVisible: false, ignorable: false },
   { type: "context/summarized", payloadCase: "contextSummarized", modelVisible: false, ignorable: false },
+  { type: "tool/retry", payloadCase: "toolRetry", modelVisible: false, ignorable: false },
 ];

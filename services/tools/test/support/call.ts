@@ -38,6 +38,8 @@ export async function makeWorkspace(): Promise<Workspace> {
           arguments: typeof args === "string" ? args : JSON.stringify(args),
           workspace: root,
           sandboxMode: mode,
+          attempt: 1,
+          firstAttemptAtMs: Date.now(),
         },
         { sandbox, spills, signal },
       ),

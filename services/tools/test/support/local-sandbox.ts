@@ -70,6 +70,7 @@ export class LocalSandboxClient implements SandboxClient {
           timedOut,
           truncated: stdout.truncated || stderr.truncated,
           durationMs: performance.now() - started,
+          replayed: false,
         });
       };
       child.stdout.on("data", stdout.add);

@@ -55,6 +55,7 @@ export interface Event {
     | { $case: "llmRetry"; value: LlmRetry }
     | { $case: "contextPruned"; value: ContextPruned }
     | { $case: "contextSummarized"; value: ContextSummarized }
+    | { $case: "toolRetry"; value: ToolRetry }
     | undefined;
 }
 
@@ -388,6 +389,21 @@ export interface LlmRetry {
   delayMs: number;
 }
 
+/** `tool/retry` [log-only] — a tool call's worker or sandbox stopped answering (or none answered) and the call is sent again. */
+export interface ToolRetry {
+  callId: string;
+  turn: number;
+  step: number;
+  /** The attempt that failed, 1-based. */
+  attempt: number;
+  /** Which hop failed: `tools` (the loop's request to a tools worker) or `sandbox` (a tools worker's request to the sandbox service). */
+  hop: string;
+  code: string;
+  message: string;
+  /** Wait before the next attempt. */
+  delayMs: number;
+}
+
 /** `context/pruned` [log-only] — from here on, tool results up to `up_to_seq` reach the model as head + tail only. */
 export interface ContextPruned {
   upToSeq: number;
@@ -499,6 +515,9 @@ export const Event: MessageFns<Event> = {
         break;
       case "contextSummarized":
         ContextSummarized.encode(message.payload.value, writer.uint32(250).fork()).join();
+        break;
+      case "toolRetry":
+        ToolRetry.encode(message.payload.value, writer.uint32(258).fork()).join();
         break;
     }
     return writer;
@@ -741,6 +760,14 @@ export const Event: MessageFns<Event> = {
             message.payload = { $case: "contextSummarized", value: ContextSummarized.decode(reader, reader.uint32()) };
             continue;
           }
+          case 32: {
+            if (tag !== 258) {
+              break;
+            }
+
+            message.payload = { $case: "toolRetry", value: ToolRetry.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -843,6 +870,10 @@ export const Event: MessageFns<Event> = {
         ? { $case: "contextSummarized", value: ContextSummarized.fromJSON(object.contextSummarized) }
         : isSet(object.context_summarized)
         ? { $case: "contextSummarized", value: ContextSummarized.fromJSON(object.context_summarized) }
+        : isSet(object.toolRetry)
+        ? { $case: "toolRetry", value: ToolRetry.fromJSON(object.toolRetry) }
+        : isSet(object.tool_retry)
+        ? { $case: "toolRetry", value: ToolRetry.fromJSON(object.tool_retry) }
         : undefined,
     };
   },
@@ -911,6 +942,8 @@ export const Event: MessageFns<Event> = {
       obj.contextPruned = ContextPruned.toJSON(message.payload.value);
     } else if (message.payload?.$case === "contextSummarized") {
       obj.contextSummarized = ContextSummarized.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "toolRetry") {
+      obj.toolRetry = ToolRetry.toJSON(message.payload.value);
     }
     return obj;
   },
@@ -1058,6 +1091,12 @@ export const Event: MessageFns<Event> = {
       case "contextSummarized": {
         if (object.payload?.value !== undefined && object.payload?.value !== null) {
           message.payload = { $case: "contextSummarized", value: ContextSummarized.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "toolRetry": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "toolRetry", value: ToolRetry.fromPartial(object.payload.value) };
         }
         break;
       }
@@ -3879,6 +3918,195 @@ export const LlmRetry: MessageFns<LlmRetry> = {
     message.turn = object.turn ?? 0;
     message.step = object.step ?? 0;
     message.attempt = object.attempt ?? 0;
+    message.code = object.code ?? "";
+    message.message = object.message ?? "";
+    message.delayMs = object.delayMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseToolRetry(): ToolRetry {
+  return { callId: "", turn: 0, step: 0, attempt: 0, hop: "", code: "", message: "", delayMs: 0 };
+}
+
+export const ToolRetry: MessageFns<ToolRetry> = {
+  encode(message: ToolRetry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.turn !== 0) {
+      writer.uint32(16).uint32(message.turn);
+    }
+    if (message.step !== 0) {
+      writer.uint32(24).uint32(message.step);
+    }
+    if (message.attempt !== 0) {
+      writer.uint32(32).uint32(message.attempt);
+    }
+    if (message.hop !== "") {
+      writer.uint32(42).string(message.hop);
+    }
+    if (message.code !== "") {
+      writer.uint32(50).string(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(58).string(message.message);
+    }
+    if (message.delayMs !== 0) {
+      writer.uint32(64).uint32(message.delayMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolRetry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolRetry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.turn = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.step = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.attempt = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.hop = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.delayMs = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolRetry {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
+      step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+      attempt: isSet(object.attempt) ? globalThis.Number(object.attempt) : 0,
+      hop: isSet(object.hop) ? globalThis.String(object.hop) : "",
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      delayMs: isSet(object.delayMs)
+        ? globalThis.Number(object.delayMs)
+        : isSet(object.delay_ms)
+        ? globalThis.Number(object.delay_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: ToolRetry): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.turn !== 0) {
+      obj.turn = Math.round(message.turn);
+    }
+    if (message.step !== 0) {
+      obj.step = Math.round(message.step);
+    }
+    if (message.attempt !== 0) {
+      obj.attempt = Math.round(message.attempt);
+    }
+    if (message.hop !== "") {
+      obj.hop = message.hop;
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.delayMs !== 0) {
+      obj.delayMs = Math.round(message.delayMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolRetry>, I>>(base?: I): ToolRetry {
+    return ToolRetry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolRetry>, I>>(object: I): ToolRetry {
+    const message = createBaseToolRetry();
+    message.callId = object.callId ?? "";
+    message.turn = object.turn ?? 0;
+    message.step = object.step ?? 0;
+    message.attempt = object.attempt ?? 0;
+    message.hop = object.hop ?? "";
     message.code = object.code ?? "";
     message.message = object.message ?? "";
     message.delayMs = object.delayMs ?? 0;

@@ -43,6 +43,16 @@ export interface ExecRequest {
   maxOutputBytes: number;
   /** Mode of the container to run in (a session may hold one container per mode); empty = the session's only container. */
   mode: string;
+  /**
+   * Idempotency key of this exec: `<tool call id>#<n>`, n counting the call's execs from 1; empty = not remembered.
+   * The sandbox keeps each keyed exec's result for a while: a repeat of the key (a retry after a lost tools worker)
+   * waits for or returns the first run's result instead of running the command twice.
+   */
+  execKey: string;
+  /** 1 for the first attempt of the tool call; higher for a retry. */
+  attempt: number;
+  /** When the tool call was first dispatched (ms since the epoch). */
+  firstAttemptAtMs: number;
 }
 
 export interface ExecResponse {
@@ -53,6 +63,8 @@ export interface ExecResponse {
   /** True when stdout or stderr was cut at max_output_bytes. */
   truncated: boolean;
   durationMs: number;
+  /** True when this is the recorded result of an earlier run of the same exec_key. */
+  replayed: boolean;
 }
 
 /** ReleaseSandboxRequest removes the session's container (`<ns>.sandbox.release`). */
@@ -321,7 +333,18 @@ export const EnsureSandboxResponse: MessageFns<EnsureSandboxResponse> = {
 };
 
 function createBaseExecRequest(): ExecRequest {
-  return { sessionId: "", argv: [], stdin: Buffer.alloc(0), cwd: "", timeoutMs: 0, maxOutputBytes: 0, mode: "" };
+  return {
+    sessionId: "",
+    argv: [],
+    stdin: Buffer.alloc(0),
+    cwd: "",
+    timeoutMs: 0,
+    maxOutputBytes: 0,
+    mode: "",
+    execKey: "",
+    attempt: 0,
+    firstAttemptAtMs: 0,
+  };
 }
 
 export const ExecRequest: MessageFns<ExecRequest> = {
@@ -346,6 +369,15 @@ export const ExecRequest: MessageFns<ExecRequest> = {
     }
     if (message.mode !== "") {
       writer.uint32(58).string(message.mode);
+    }
+    if (message.execKey !== "") {
+      writer.uint32(66).string(message.execKey);
+    }
+    if (message.attempt !== 0) {
+      writer.uint32(72).uint32(message.attempt);
+    }
+    if (message.firstAttemptAtMs !== 0) {
+      writer.uint32(80).uint64(message.firstAttemptAtMs);
     }
     return writer;
   },
@@ -419,6 +451,30 @@ export const ExecRequest: MessageFns<ExecRequest> = {
             message.mode = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.execKey = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.attempt = reader.uint32();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.firstAttemptAtMs = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -452,6 +508,17 @@ export const ExecRequest: MessageFns<ExecRequest> = {
         ? globalThis.Number(object.max_output_bytes)
         : 0,
       mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      execKey: isSet(object.execKey)
+        ? globalThis.String(object.execKey)
+        : isSet(object.exec_key)
+        ? globalThis.String(object.exec_key)
+        : "",
+      attempt: isSet(object.attempt) ? globalThis.Number(object.attempt) : 0,
+      firstAttemptAtMs: isSet(object.firstAttemptAtMs)
+        ? globalThis.Number(object.firstAttemptAtMs)
+        : isSet(object.first_attempt_at_ms)
+        ? globalThis.Number(object.first_attempt_at_ms)
+        : 0,
     };
   },
 
@@ -478,6 +545,15 @@ export const ExecRequest: MessageFns<ExecRequest> = {
     if (message.mode !== "") {
       obj.mode = message.mode;
     }
+    if (message.execKey !== "") {
+      obj.execKey = message.execKey;
+    }
+    if (message.attempt !== 0) {
+      obj.attempt = Math.round(message.attempt);
+    }
+    if (message.firstAttemptAtMs !== 0) {
+      obj.firstAttemptAtMs = Math.round(message.firstAttemptAtMs);
+    }
     return obj;
   },
 
@@ -493,6 +569,9 @@ export const ExecRequest: MessageFns<ExecRequest> = {
     message.timeoutMs = object.timeoutMs ?? 0;
     message.maxOutputBytes = object.maxOutputBytes ?? 0;
     message.mode = object.mode ?? "";
+    message.execKey = object.execKey ?? "";
+    message.attempt = object.attempt ?? 0;
+    message.firstAttemptAtMs = object.firstAttemptAtMs ?? 0;
     return message;
   },
 };
@@ -505,6 +584,7 @@ function createBaseExecResponse(): ExecResponse {
     timedOut: false,
     truncated: false,
     durationMs: 0,
+    replayed: false,
   };
 }
 
@@ -527,6 +607,9 @@ export const ExecResponse: MessageFns<ExecResponse> = {
     }
     if (message.durationMs !== 0) {
       writer.uint32(49).double(message.durationMs);
+    }
+    if (message.replayed !== false) {
+      writer.uint32(56).bool(message.replayed);
     }
     return writer;
   },
@@ -592,6 +675,14 @@ export const ExecResponse: MessageFns<ExecResponse> = {
             message.durationMs = reader.double();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.replayed = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -624,6 +715,7 @@ export const ExecResponse: MessageFns<ExecResponse> = {
         : isSet(object.duration_ms)
         ? globalThis.Number(object.duration_ms)
         : 0,
+      replayed: isSet(object.replayed) ? globalThis.Boolean(object.replayed) : false,
     };
   },
 
@@ -647,6 +739,9 @@ export const ExecResponse: MessageFns<ExecResponse> = {
     if (message.durationMs !== 0) {
       obj.durationMs = floatToJson(message.durationMs);
     }
+    if (message.replayed !== false) {
+      obj.replayed = message.replayed;
+    }
     return obj;
   },
 
@@ -661,6 +756,7 @@ export const ExecResponse: MessageFns<ExecResponse> = {
     message.timedOut = object.timedOut ?? false;
     message.truncated = object.truncated ?? false;
     message.durationMs = object.durationMs ?? 0;
+    message.replayed = object.replayed ?? false;
     return message;
   },
 };
@@ -1138,6 +1234,17 @@ export type DeepPartial<T> = T extends Builtin ? T
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function longToNumber(int64: { toString(): string }): number {
+  const num = globalThis.Number(int64.toString());
+  if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+  }
+  if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+  }
+  return num;
+}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;

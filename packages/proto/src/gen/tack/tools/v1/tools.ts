@@ -33,6 +33,10 @@ export interface CallToolRequest {
   workspace: string;
   /** Sandbox mode in force for this call: the session's mode, or a wider one approved once. */
   sandboxMode: string;
+  /** 1 for the first dispatch of this call; a retry after a lost worker sends the same call_id with a higher attempt. */
+  attempt: number;
+  /** When the loop first dispatched this call (ms since the epoch); lets the sandbox tell "never reached me" from "fate unknown". */
+  firstAttemptAtMs: number;
 }
 
 /** CallToolResponse is a normal result, including tool failures the model should read. */
@@ -40,6 +44,18 @@ export interface CallToolResponse {
   content: string;
   isError: boolean;
   durationMs: number;
+  /** Requests to the sandbox service this call had to send again (a replica stopped answering, or none answered). */
+  retries: HopRetry[];
+  /** True when the sandbox answered an exec from its record of an earlier attempt instead of running it again. */
+  replayed: boolean;
+}
+
+/** HopRetry is one retried request of a tool call to the sandbox service. */
+export interface HopRetry {
+  attempt: number;
+  code: string;
+  message: string;
+  delayMs: number;
 }
 
 function createBaseListToolsRequest(): ListToolsRequest {
@@ -177,7 +193,17 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
 };
 
 function createBaseCallToolRequest(): CallToolRequest {
-  return { sessionId: "", tenant: "", callId: "", name: "", arguments: "", workspace: "", sandboxMode: "" };
+  return {
+    sessionId: "",
+    tenant: "",
+    callId: "",
+    name: "",
+    arguments: "",
+    workspace: "",
+    sandboxMode: "",
+    attempt: 0,
+    firstAttemptAtMs: 0,
+  };
 }
 
 export const CallToolRequest: MessageFns<CallToolRequest> = {
@@ -202,6 +228,12 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
     }
     if (message.sandboxMode !== "") {
       writer.uint32(58).string(message.sandboxMode);
+    }
+    if (message.attempt !== 0) {
+      writer.uint32(64).uint32(message.attempt);
+    }
+    if (message.firstAttemptAtMs !== 0) {
+      writer.uint32(72).uint64(message.firstAttemptAtMs);
     }
     return writer;
   },
@@ -275,6 +307,22 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
             message.sandboxMode = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.attempt = reader.uint32();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.firstAttemptAtMs = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -308,6 +356,12 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
         : isSet(object.sandbox_mode)
         ? globalThis.String(object.sandbox_mode)
         : "",
+      attempt: isSet(object.attempt) ? globalThis.Number(object.attempt) : 0,
+      firstAttemptAtMs: isSet(object.firstAttemptAtMs)
+        ? globalThis.Number(object.firstAttemptAtMs)
+        : isSet(object.first_attempt_at_ms)
+        ? globalThis.Number(object.first_attempt_at_ms)
+        : 0,
     };
   },
 
@@ -334,6 +388,12 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
     if (message.sandboxMode !== "") {
       obj.sandboxMode = message.sandboxMode;
     }
+    if (message.attempt !== 0) {
+      obj.attempt = Math.round(message.attempt);
+    }
+    if (message.firstAttemptAtMs !== 0) {
+      obj.firstAttemptAtMs = Math.round(message.firstAttemptAtMs);
+    }
     return obj;
   },
 
@@ -349,12 +409,14 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
     message.arguments = object.arguments ?? "";
     message.workspace = object.workspace ?? "";
     message.sandboxMode = object.sandboxMode ?? "";
+    message.attempt = object.attempt ?? 0;
+    message.firstAttemptAtMs = object.firstAttemptAtMs ?? 0;
     return message;
   },
 };
 
 function createBaseCallToolResponse(): CallToolResponse {
-  return { content: "", isError: false, durationMs: 0 };
+  return { content: "", isError: false, durationMs: 0, retries: [], replayed: false };
 }
 
 export const CallToolResponse: MessageFns<CallToolResponse> = {
@@ -367,6 +429,12 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     }
     if (message.durationMs !== 0) {
       writer.uint32(25).double(message.durationMs);
+    }
+    for (const v of message.retries) {
+      HopRetry.encode(v!, writer.uint32(34).fork()).join();
+    }
+    if (message.replayed !== false) {
+      writer.uint32(40).bool(message.replayed);
     }
     return writer;
   },
@@ -408,6 +476,22 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
             message.durationMs = reader.double();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.retries.push(HopRetry.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.replayed = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -433,6 +517,8 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
         : isSet(object.duration_ms)
         ? globalThis.Number(object.duration_ms)
         : 0,
+      retries: globalThis.Array.isArray(object?.retries) ? object.retries.map((e: any) => HopRetry.fromJSON(e)) : [],
+      replayed: isSet(object.replayed) ? globalThis.Boolean(object.replayed) : false,
     };
   },
 
@@ -447,6 +533,12 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     if (message.durationMs !== 0) {
       obj.durationMs = floatToJson(message.durationMs);
     }
+    if (message.retries?.length) {
+      obj.retries = message.retries.map((e) => HopRetry.toJSON(e));
+    }
+    if (message.replayed !== false) {
+      obj.replayed = message.replayed;
+    }
     return obj;
   },
 
@@ -458,6 +550,129 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     message.content = object.content ?? "";
     message.isError = object.isError ?? false;
     message.durationMs = object.durationMs ?? 0;
+    message.retries = object.retries?.map((e) => HopRetry.fromPartial(e)) || [];
+    message.replayed = object.replayed ?? false;
+    return message;
+  },
+};
+
+function createBaseHopRetry(): HopRetry {
+  return { attempt: 0, code: "", message: "", delayMs: 0 };
+}
+
+export const HopRetry: MessageFns<HopRetry> = {
+  encode(message: HopRetry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.attempt !== 0) {
+      writer.uint32(8).uint32(message.attempt);
+    }
+    if (message.code !== "") {
+      writer.uint32(18).string(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(26).string(message.message);
+    }
+    if (message.delayMs !== 0) {
+      writer.uint32(32).uint32(message.delayMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HopRetry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHopRetry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.attempt = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.delayMs = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HopRetry {
+    return {
+      attempt: isSet(object.attempt) ? globalThis.Number(object.attempt) : 0,
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      delayMs: isSet(object.delayMs)
+        ? globalThis.Number(object.delayMs)
+        : isSet(object.delay_ms)
+        ? globalThis.Number(object.delay_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: HopRetry): unknown {
+    const obj: any = {};
+    if (message.attempt !== 0) {
+      obj.attempt = Math.round(message.attempt);
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.delayMs !== 0) {
+      obj.delayMs = Math.round(message.delayMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HopRetry>, I>>(base?: I): HopRetry {
+    return HopRetry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HopRetry>, I>>(object: I): HopRetry {
+    const message = createBaseHopRetry();
+    message.attempt = object.attempt ?? 0;
+    message.code = object.code ?? "";
+    message.message = object.message ?? "";
+    message.delayMs = object.delayMs ?? 0;
     return message;
   },
 };
@@ -478,6 +693,17 @@ export type DeepPartial<T> = T extends Builtin ? T
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function longToNumber(int64: { toString(): string }): number {
+  const num = globalThis.Number(int64.toString());
+  if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+  }
+  if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+  }
+  return num;
+}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;
