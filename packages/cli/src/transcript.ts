@@ -185,6 +185,10 @@ export function summarize(event: Event): string {
       const r = payload.value;
       return `attempt ${r.attempt} failed (${r.code}); retrying in ${r.delayMs} ms`;
     }
+    case "toolRetry": {
+      const r = payload.value;
+      return `${r.callId || "tool list"} via ${r.hop}: attempt ${r.attempt} failed (${r.code}); retrying in ${r.delayMs} ms`;
+    }
   }
 }
 
