@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 import { Bus, serveStream, TackError } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
 import {
@@ -179,6 +179,43 @@ describe("loop", () => {
     const error = events.find((e) => e.type === "error/raised");
     expect(error?.payload?.$case === "error" && error.payload.value.code).toBe("loop.projection_mismatch");
     expect(events.at(-1)!.payload?.$case === "turnEnd" && events.at(-1)!.payload).toMatchObject({ value: { reason: "error" } });
+  });
+
+  it("loop - a session stays warm between turns: the owner keeps it (lease, projection) and the next message needs no log read", async () => {
+    const loop = await startLoop();
+    script = [{ content: "first" }, { content: "second" }];
+    const id = await create();
+    await submit(id, "one");
+    await waitForTurnEnd(id);
+    const runtime = loop.session(id);
+    expect(runtime).toBeDefined();
+    const held = await bus.request(bus.names.loopSessionSubmit(id), SubmitMessageRequest, { tenant: "local", sessionId: id, text: "two" }, SubmitMessageResponse);
+    expect(held.turn).toBe(2);
+    const events = await waitForTurnEnd(id, 2);
+    // The same runtime served both turns: its mirror holds every event without a reload.
+    expect(loop.session(id)).toBe(runtime);
+    expect(runtime!.events.map((e) => e.seq)).toEqual(events.map((e) => e.seq));
+    // A second replica reaches the warm owner through the queue group instead of waiting out its lease.
+    const other = await startLoop();
+    const started = performance.now();
+    const third = await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId: id, text: "three" }, SubmitMessageResponse);
+    expect(third.turn).toBe(3);
+    expect(performance.now() - started).toBeLessThan(1_000);
+    await waitForTurnEnd(id, 3);
+    expect(other.session(id)).toBeUndefined();
+    expect(loop.session(id)).toBe(runtime);
+  });
+
+  it("loop - an idle session is released after idleReleaseMs (its lease given back)", async () => {
+    const loop = await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs: 2_000, idleReleaseMs: 300 });
+    loops.push(loop);
+    script = [{ content: "hi" }];
+    const id = await create();
+    await submit(id, "one");
+    await waitForTurnEnd(id);
+    await waitFor("the idle session to be released", () => loop.session(id) === undefined, { timeoutMs: 5_000, intervalMs: 50 });
+    const leases = await Leases.open(bus.nc, bus.names, "probe", 2_000);
+    expect((await leases.all()).find((l) => l.key === Leases.key("local", id))).toBeUndefined();
   });
 
   it("loop - a new owner recovers an interrupted step: started calls may have run, unstarted calls did not", async () => {
