@@ -4,7 +4,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { names } from "@tack/bus";
+import { microSubjects, names } from "@tack/bus";
 import { BUS_USERS, busAuthFromEnv, busPermissions, commonConfig, natsServerAuthorization, readBusCredentials, type BusUser } from "@tack/config";
 import { placementBucket, replicaSubject } from "@tack/sandbox-service";
 
@@ -61,6 +61,11 @@ describe("bus permission table", () => {
       expect(subscribers(`_INBOX.${user}.abc.1`)).toEqual(user === "llm" ? [] : [user]);
     }
     expect(subscribers("_INBOX.abc.1")).toEqual([]);
+    // Micro-service discovery: every service answers the all-services verbs, and only its own name's.
+    for (const verb of ["PING", "INFO", "STATS"]) expect(subscribers(`$SRV.${verb}`)).toEqual(["gateway", "loop", "llm", "tools", "sandbox"]);
+    expect(subscribers("$SRV.PING.tack-loop")).toEqual(["loop"]);
+    expect(subscribers("$SRV.STATS.tack-sandbox.ABC123")).toEqual(["sandbox"]);
+    expect(publishers("$SRV.PING")).toEqual([]);
   });
 
   it("bus-permissions - no service holds a blanket grant, another namespace's streams or the power to delete a stream", () => {
@@ -68,20 +73,24 @@ describe("bus permission table", () => {
     for (const user of BUS_USERS.filter((u) => u !== "admin")) {
       const { publish, subscribe } = table[user];
       for (const grant of [...publish, ...subscribe]) {
-        expect(grant, `${user}: ${grant}`).not.toMatch(/^(>|\*\.>|\$JS\.API\.>|_INBOX\.>|\$KV\.>|\$O\.>)$/);
-        // Every JetStream grant names one of this namespace's streams or buckets.
-        if (grant.startsWith("$") && grant !== "$JS.API.INFO") expect(grant, `${user}: ${grant}`).toContain("ACME_");
+        expect(grant, `${user}: ${grant}`).not.toMatch(/^(>|\*\.>|\$JS\.API\.>|_INBOX\.>|\$KV\.>|\$O\.>|\$SRV\.>)$/);
+        // Every JetStream grant names one of this namespace's streams or buckets (discovery subjects are checked below).
+        if (grant.startsWith("$") && grant !== "$JS.API.INFO" && !grant.startsWith("$SRV.")) expect(grant, `${user}: ${grant}`).toContain("ACME_");
       }
       for (const stream of [other.logStream, `KV_${other.leaseBucket}`, `OBJ_${other.spillBucket}`, n.logStream]) {
         expect(publish.filter((p) => matches(p, `$JS.API.STREAM.DELETE.${stream}`)), user).toEqual([]);
       }
       expect(publish.filter((p) => matches(p, `$JS.API.STREAM.INFO.${other.logStream}`) || matches(p, `${other.namespace}.loop.create`)), user).toEqual([]);
+      // The one grant outside the namespace: subscribing to its own micro-service's discovery subjects.
+      expect(subscribe.filter((g) => g.startsWith("$SRV.")), user).toEqual(microSubjects(user));
+      expect(publish.filter((g) => g.startsWith("$SRV.")), user).toEqual([]);
     }
     expect(table.admin).toEqual({ publish: [">"], subscribe: [">"] });
   });
 
   it("bus-permissions - reply windows outlast each service's longest call", () => {
-    expect(table.gateway.responses).toBeUndefined();
+    // The gateway answers nothing but discovery: one reply per ping.
+    expect(table.gateway.responses).toEqual({ max: 1, expires: "1m" });
     // A tool call may take 660 s (the loop's tool timeout): tools and sandbox reply after it.
     for (const user of ["tools", "sandbox"] as const) expect(minutes(table[user].responses!.expires)).toBeGreaterThan(11);
     expect(table.llm.responses!.max).toBeGreaterThanOrEqual(100_000);
@@ -104,8 +113,8 @@ describe("bus permission table", () => {
     const users = config.authorization.users as Array<{ user: string; password: string; permissions: Record<string, unknown> }>;
     expect(users.map((u) => [u.user, u.password])).toEqual(BUS_USERS.map((u) => [u, `pw-${u}`]));
     const llm = users.find((u) => u.user === "llm")!.permissions;
-    expect(llm).toEqual({ publish: { deny: [">"] }, subscribe: { allow: ["acme.llm.*"] }, allow_responses: { max: 1_000_000, expires: "1h" } });
-    expect(users.find((u) => u.user === "gateway")!.permissions).not.toHaveProperty("allow_responses");
+    expect(llm).toEqual({ publish: { deny: [">"] }, subscribe: { allow: ["acme.llm.*", ...microSubjects("llm")] }, allow_responses: { max: 1_000_000, expires: "1h" } });
+    expect(users.find((u) => u.user === "gateway")!.permissions).toHaveProperty("allow_responses", { max: 1, expires: "1m" });
   });
 });
 

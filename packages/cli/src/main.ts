@@ -4,6 +4,7 @@ import { parseCommand } from "./args.js";
 import { downCommand } from "./commands/down.js";
 import { eventsCommand } from "./commands/events.js";
 import { runCommand } from "./commands/run.js";
+import { statusCommand } from "./commands/status.js";
 import { upCommand } from "./commands/up.js";
 
 async function main(argv: string[]): Promise<number> {
@@ -17,6 +18,8 @@ async function main(argv: string[]): Promise<number> {
         return await upCommand(command, process.cwd(), process.env);
       case "down":
         return await downCommand(process.cwd());
+      case "status":
+        return await statusCommand(command, process.cwd(), process.env);
       case "run":
         return await runCommand(command, process.cwd(), process.env);
       case "events":

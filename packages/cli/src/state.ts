@@ -1,7 +1,7 @@
 // The `.tack/` directory of a local Tack: its API key file and the `up.json` of a running `tack up`.
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chmod, mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { TackError } from "@tack/bus";
 import { z } from "zod";
@@ -15,7 +15,43 @@ export interface UpState {
   readonly pid: number;
   readonly namespace: string;
   readonly natsUrl: string;
+  /** True when `tack up` started nats-server itself: then `bus/admin.json` beside up.json holds the operator's credentials. */
+  readonly localNats?: boolean;
+  /** When `tack up` finished starting (ISO 8601). */
+  readonly startedAt?: string;
+  /** When this file was last written (ISO 8601); it is rewritten at every crash and restart. */
+  readonly updatedAt?: string;
+  /** Every process of every service as the supervisor last saw it. */
+  readonly replicas?: readonly UpReplica[];
 }
+
+/** One process of a service in up.json. */
+export interface UpReplica {
+  readonly service: string;
+  /** 1-based replica number. */
+  readonly replica: number;
+  /** `running`, `starting`, `restarting` (waiting out its backoff) or `stopped`. */
+  readonly state: string;
+  readonly pid: number | null;
+  /** When the current process started (ISO 8601). */
+  readonly startedAt: string | null;
+  /** How often the supervisor started it again. */
+  readonly restarts: number;
+  /** How its last process ended, if one did on its own. */
+  readonly lastExit: string | null;
+  readonly logFile: string;
+}
+
+const UpReplicaSchema = z.object({
+  service: z.string(),
+  replica: z.number().int().positive(),
+  state: z.string(),
+  pid: z.number().int().positive().nullable(),
+  startedAt: z.string().nullable(),
+  restarts: z.number().int().nonnegative(),
+  lastExit: z.string().nullable(),
+  logFile: z.string(),
+});
 
 const UpStateSchema = z.object({
   gatewayUrl: z.string().url(),
@@ -23,6 +59,10 @@ const UpStateSchema = z.object({
   pid: z.number().int().positive(),
   namespace: z.string(),
   natsUrl: z.string(),
+  localNats: z.boolean().optional(),
+  startedAt: z.string().optional(),
+  updatedAt: z.string().optional(),
+  replicas: z.array(UpReplicaSchema).optional(),
 });
 
 /** Creates the state directory (owner-only, since it holds the API key) and returns its path. */
@@ -69,10 +109,12 @@ export async function readApiKey(file: string): Promise<string> {
   return key;
 }
 
-/** Writes `<dir>/up.json` (mode 600). */
+/** Writes `<dir>/up.json` (mode 600) whole: through a temporary file and a rename, so a reader never sees half of it. */
 export async function writeUpState(dir: string, state: UpState): Promise<string> {
   const file = join(dir, "up.json");
-  await writeFile(file, `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
+  const temporary = `${file}.${process.pid}.tmp`;
+  await writeFile(temporary, `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
+  await rename(temporary, file);
   return file;
 }
 

@@ -32,8 +32,8 @@ describe("args", () => {
     expect(parseCommand(["run", "list the files", "--model", "scripted:hello.json", "--workspace", "w", "--json"]))
       .toEqual({ name: "run", task: "list the files", model: "scripted:hello.json", workspace: "w", json: true });
     expect(parseCommand(["run", "fix it"])).toEqual({ name: "run", task: "fix it", model: undefined, workspace: undefined, json: false });
-    expect(parseCommand(["up", "--demo", "--port", "7801"])).toEqual({ name: "up", demo: true, port: 7801 });
-    expect(parseCommand(["up"])).toEqual({ name: "up", demo: false, port: undefined });
+    expect(parseCommand(["up", "--demo", "--port", "7801"])).toEqual({ name: "up", demo: true, port: 7801, replicas: {} });
+    expect(parseCommand(["up"])).toEqual({ name: "up", demo: false, port: undefined, replicas: {} });
     expect(parseCommand(["down"])).toEqual({ name: "down" });
     expect(parseCommand(["events", "s1", "--follow"])).toEqual({ name: "events", session: "s1", json: false, follow: true });
     expect(DEFAULT_MODEL).toBe("deepseek:deepseek-chat");

@@ -2,6 +2,8 @@
 // publish only the requests it really makes and subscribe only to its own command subjects and
 // its own reply inboxes. `tack up` renders it into the nats-server configuration; a cluster
 // deployment and the tests use the same function, so the three cannot drift apart.
+// Every service also answers NATS micro-service discovery for its own name (`$SRV.PING|INFO|STATS`,
+// `microSubjects` of @tack/bus): the one grant outside the namespace, to subscribe only.
 import { inboxPrefix, microSubjects, names } from "@tack/bus";
 
 /** Every NATS user of a deployment: one per service, plus `admin` for the operator and the launcher's start-up probes. */

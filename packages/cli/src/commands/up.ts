@@ -7,10 +7,10 @@ import { join, relative } from "node:path";
 import { TackError } from "@tack/bus";
 import type { Command } from "../args.js";
 import { GatewayClient } from "../gateway.js";
-import { launch, type Launched } from "../launcher.js";
+import { launch, type Launched, type ReplicaStatus } from "../launcher.js";
 import { examplesDir } from "../paths.js";
 import { Spinner } from "../spinner.js";
-import { ensureApiKey, ensureStateDir, processAlive, removeUpState, writeUpState } from "../state.js";
+import { ensureApiKey, ensureStateDir, processAlive, removeUpState, writeUpState, type UpReplica, type UpState } from "../state.js";
 import { followTurn } from "./run.js";
 
 type UpCommand = Extract<Command, { name: "up" }>;
@@ -42,6 +42,8 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
   for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
 
   const spinner = new Spinner(process.stderr);
+  // up.json follows every crash and restart (for `tack status`); set once Tack is up.
+  let saveState: () => void = () => undefined;
   let tack: Launched;
   try {
     tack = await launch({
@@ -53,9 +55,15 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
       namespace: env.TACK_NAMESPACE || "tack",
       apiKey,
       gatewayPort: port,
+      replicas: command.replicas,
       onProgress: (message) => spinner.update(message),
-      onServiceExit: (service, description, logFile) => {
-        process.stderr.write(`\n✗ ${service} ${description}; Tack keeps running without it. Its log: ${logFile}\n`);
+      onServiceExit: (service, description, logFile, replica) => {
+        process.stderr.write(`✗ ${replicaLabel(service, replica)} ${description}; restarting it. Its log: ${logFile}\n`);
+        saveState();
+      },
+      onRestart: (event) => {
+        process.stderr.write(`↻ ${replicaLabel(event.service, event.replica)} restarted after ${event.delayMs} ms: pid ${event.pid} (was ${event.previousPid ?? "?"}, ${event.reason}), restart ${event.restarts}\n`);
+        saveState();
       },
     });
   } catch (error) {
@@ -63,7 +71,16 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
     if (stopRequested.signal.aborted) return 130;
     throw error;
   }
-  const upFile = await writeUpState(stateDir, { gatewayUrl: tack.gatewayUrl, apiKeyFile, pid: process.pid, namespace: tack.namespace, natsUrl: tack.natsUrl });
+  const base = { apiKeyFile, pid: process.pid, localNats: !env.NATS_URL, startedAt: new Date().toISOString() };
+  const upFile = await writeUpState(stateDir, upStateOf(tack, base));
+  // Writes one at a time, the last one winning; a failed write is reported and the next one tries again.
+  let saving = Promise.resolve();
+  saveState = () => {
+    const launched = tack;
+    saving = saving.then(() => writeUpState(stateDir, upStateOf(launched, base))).then(() => undefined, (error: unknown) => {
+      process.stderr.write(`✗ cannot update ${upFile}: ${(error as Error).message}\n`);
+    });
+  };
   spinner.done(`Tack is up at ${tack.gatewayUrl}`);
   // Paths under the current directory are shown relative to it; others in full.
   const shown = (path: string) => {
@@ -76,6 +93,8 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
     `  API key  ${apiKeyFile ? `${shown(apiKeyFile)} (send it as \`Authorization: Bearer <key>\`)` : "from TACK_API_KEY"}`,
     `  NATS     ${tack.natsUrl}${env.NATS_URL ? "" : ` (started here, data in ${shown(join(stateDir, "nats"))}, one user per service in ${shown(join(stateDir, "bus"))}/)`}`,
     `  logs     ${shown(join(stateDir, "logs"))}/`,
+    `  services ${describeReplicas(tack.replicas())}`,
+    "  status   `tack status` (or `tack status --json`)",
     `  try      tack run "list the files" --model scripted:${shown(join(examplesDir, "hello.json"))}   (in a project directory under your home)`,
     "  stop     Ctrl-C here, or `tack down` in another terminal",
     "",
@@ -91,11 +110,40 @@ export async function upCommand(command: UpCommand, cwd: string, env: NodeJS.Pro
 
   if (!stopRequested.signal.aborted) await new Promise((resolve) => stopRequested.signal.addEventListener("abort", resolve, { once: true }));
   spinner.update("stopping Tack");
+  saveState = () => undefined;
   await tack.stop();
+  await saving;
   await removeUpState(upFile);
   spinner.done("Tack stopped");
   for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
   return 0;
+}
+
+/** What `tack up` writes to up.json: where Tack is and every replica of every service as the supervisor sees it now. */
+export function upStateOf(tack: Launched, base: Pick<UpState, "apiKeyFile" | "pid" | "localNats" | "startedAt">): UpState {
+  return {
+    gatewayUrl: tack.gatewayUrl,
+    namespace: tack.namespace,
+    natsUrl: tack.natsUrl,
+    ...base,
+    updatedAt: new Date().toISOString(),
+    replicas: tack.replicas().map((r): UpReplica => ({
+      service: r.service, replica: r.replica, state: r.state, pid: r.pid ?? null, startedAt: r.startedAt ?? null,
+      restarts: r.restarts, lastExit: r.lastExit ?? null, logFile: r.logFile,
+    })),
+  };
+}
+
+/** `tools` for the first replica, `tools#2` for another. */
+function replicaLabel(service: string, replica: number): string {
+  return replica === 1 ? service : `${service}#${replica}`;
+}
+
+/** E.g. `llm 1, tools 3, loop 2` with the pids. */
+function describeReplicas(replicas: readonly ReplicaStatus[]): string {
+  const byService = new Map<string, number[]>();
+  for (const r of replicas) byService.set(r.service, [...(byService.get(r.service) ?? []), ...(r.pid === undefined ? [] : [r.pid])]);
+  return [...byService].map(([service, pids]) => `${service} ${pids.length} (pid ${pids.join(", ")})`).join(" · ");
 }
 
 /**
