@@ -19,27 +19,60 @@ const EXEC_MARGIN_MS = 15_000;
 /** Used when a request leaves the timeout to the sandbox's default: wait as long as the longest allowed command. */
 const UNSPECIFIED_EXEC_TIMEOUT_MS = 600_000;
 
-/** SandboxClient over the bus: the sandbox service's `sandbox.ensure` and `sandbox.exec`. */
+/** How long an answered ensure is trusted before the next call of the session asks again. */
+const ENSURED_FOR_MS = 30_000;
+
+/**
+ * SandboxClient over the bus: the sandbox service's `sandbox.ensure` and `sandbox.exec`. An
+ * ensure answered for exactly the same session, tenant, workspace and mode within the last
+ * 30 s is not asked again (it saves a round trip on every call of a busy session); an exec
+ * that finds the container gone (`sandbox.not_found`) forgets that, ensures again and is sent
+ * once more.
+ */
 export class BusSandboxClient implements SandboxClient {
   readonly #bus: Bus;
+  /** `<session> <mode>` → the ensure request answered and when. */
+  readonly #ensured = new Map<string, { request: EnsureSandboxRequest; at: number }>();
 
   constructor(bus: Bus) {
     this.#bus = bus;
   }
 
   async ensure(request: EnsureSandboxRequest): Promise<void> {
+    const k = `${request.sessionId} ${request.mode}`;
+    const known = this.#ensured.get(k);
+    if (known && Date.now() - known.at < ENSURED_FOR_MS && sameEnsure(known.request, request)) return;
     await this.#bus.request(this.#bus.names.sandboxEnsure, EnsureSandboxRequest, request, EnsureSandboxResponse, {
       timeoutMs: ENSURE_TIMEOUT_MS, silenceMs: DEFAULT_SILENCE_MS,
     });
+    this.#ensured.set(k, { request, at: Date.now() });
+    if (this.#ensured.size > 10_000) this.#ensured.delete(this.#ensured.keys().next().value!);
   }
 
   async exec(request: ExecRequest, signal: AbortSignal): Promise<ExecResponse> {
+    try {
+      return await this.#exec(request, signal);
+    } catch (error) {
+      const known = this.#ensured.get(`${request.sessionId} ${request.mode}`);
+      if (!(error instanceof TackError && error.code === "sandbox.not_found") || !known) throw error;
+      // The container went away since it was ensured (reaped as idle, say): start it again.
+      this.#ensured.delete(`${request.sessionId} ${request.mode}`);
+      await this.ensure(known.request);
+      return this.#exec(request, signal);
+    }
+  }
+
+  #exec(request: ExecRequest, signal: AbortSignal): Promise<ExecResponse> {
     if (signal.aborted) throw cancelledError();
     const timeoutMs = (request.timeoutMs || UNSPECIFIED_EXEC_TIMEOUT_MS) + EXEC_MARGIN_MS;
     // The exec contract has no cancel message: on abort we stop waiting, and the command
     // runs on in the container until its own timeout.
     return abortable(this.#bus.request(this.#bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS }), signal);
   }
+}
+
+function sameEnsure(a: EnsureSandboxRequest, b: EnsureSandboxRequest): boolean {
+  return a.sessionId === b.sessionId && a.tenant === b.tenant && a.workspace === b.workspace && a.mode === b.mode;
 }
 
 /** Which tool call a `CallSandbox` serves. */

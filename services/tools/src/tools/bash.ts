@@ -15,7 +15,7 @@ const DENIAL_SIGNS: Record<Denied, RegExp> = {
 };
 
 /**
- * bash: runs a command with `bash -lc` in /workspace. The text always ends with `exit code: N`;
+ * bash: runs a command with `bash -c` in /workspace (not a login shell: the container's environment already sets PATH, HOME and LANG, and sourcing the profiles cost ~4 ms a call). The text always ends with `exit code: N`;
  * a non-zero exit or a timeout is also flagged `is_error`, so both the model and a UI see it.
  * When the output shows that the sandbox mode denied something, the two denial lines follow.
  */
@@ -29,7 +29,7 @@ export const bash = defineTool({
     ...escalationParameters,
   }),
   async execute({ command, timeout_ms }, ctx) {
-    const result = await exec(ctx, ["bash", "-lc", command], { timeoutMs: timeout_ms });
+    const result = await exec(ctx, ["bash", "-c", command], { timeoutMs: timeout_ms });
     const parts: string[] = [];
     if (result.stdout) parts.push(result.stdout.replace(/\n$/, ""));
     if (result.stderr) parts.push(`stderr:\n${result.stderr.replace(/\n$/, "")}`);
