@@ -49,8 +49,9 @@ describe("bus permission table", () => {
     expect(publishers(n.llmComplete)).toEqual(["loop"]);
     expect(publishers(n.llmCount)).toEqual(["gateway"]);
     expect(publishers(n.loopCreate)).toEqual(["gateway"]);
-    expect(publishers(n.loopSessionSubmit("s1"))).toEqual(["gateway"]);
-    expect(publishers(n.loopSessionDelete("s1"))).toEqual(["gateway"]);
+    // The gateway reaches a session's owner directly; a loop replica passes on a queue-group command for a session another replica keeps warm.
+    expect(publishers(n.loopSessionSubmit("s1"))).toEqual(["gateway", "loop"]);
+    expect(publishers(n.loopSessionDelete("s1"))).toEqual(["gateway", "loop"]);
     expect(subscribers(n.sandboxExec)).toEqual(["sandbox"]);
     expect(subscribers(n.toolsCall)).toEqual(["tools"]);
     expect(subscribers(n.llmComplete)).toEqual(["llm"]);
