@@ -40,7 +40,8 @@ describe("bus permission table", () => {
   it("bus-permissions - each command subject has exactly the callers and the server its code needs", () => {
     expect(publishers(n.logSubject("t1", "s1"))).toEqual(["loop"]);
     expect(publishers(n.sandboxExec)).toEqual(["tools"]);
-    expect(publishers(n.sandboxEnsure)).toEqual(["tools"]);
+    // The loop pre-warms a new session's sandbox; the tools ensure it before each call.
+    expect(publishers(n.sandboxEnsure)).toEqual(["loop", "tools"]);
     expect(publishers(n.sandboxProcesses)).toEqual(["loop"]);
     expect(publishers(n.sandboxRelease)).toEqual(["loop"]);
     expect(publishers(n.workspaceCreate)).toEqual(["gateway"]);

@@ -106,8 +106,9 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"),
         n.llmComplete, n.llmCheck, n.llmEstimate,
         n.toolsList, n.toolsCall,
-        // The sandbox-mode guard lists the processes left from a wider mode; deleting a session releases its containers.
-        n.sandboxProcesses, n.sandboxRelease,
+        // The sandbox-mode guard lists the processes left from a wider mode; deleting a session releases its containers;
+        // a new session's sandbox is started at creation (pre-warm).
+        n.sandboxProcesses, n.sandboxRelease, n.sandboxEnsure,
         // The only writer of session logs: creates the stream (and applies its limits), appends,
         // reads back, purges a deleted session's subject.
         n.logSubjects, jsInfo, ...streamEnsure(log), js("STREAM.UPDATE", log), ...streamRead(log), purge(log),

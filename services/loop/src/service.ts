@@ -5,7 +5,7 @@ import { assertToken, Bus, DEFAULT_SILENCE_MS, retryPolicy, TackError, type BusA
 import { registerMicro } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
 import {
-  CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest,
+  CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, EnsureSandboxRequest, EnsureSandboxResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest,
   SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse, DeleteSessionRequest, DeleteSessionResponse,
 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
@@ -32,6 +32,8 @@ const Options = z.object({
   retryWindowMs: z.number().int().min(0).default(60_000),
   /** A session with no turn running keeps its lease and in-memory state this long, so its next message finds it warm; 0 releases at once. */
   idleReleaseMs: z.number().int().min(0).default(300_000),
+  /** Start a new session's sandbox at creation, so the first tool call finds it running. */
+  prewarmSandbox: z.boolean().default(true),
   temperature: z.number().min(0).max(2).default(0),
   maxTokens: z.number().int().min(1).default(8_192),
   chunkPack: z.number().int().min(1).default(64),
@@ -302,6 +304,12 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       await runtime.create({ sessionId, tenant, mode, model: req.model, workspace: req.workspace, formatVersion: FORMAT_VERSION, title: req.title, budgetUsd: req.budgetUsd }, sandboxMode, approvalPolicy);
     } finally {
       forget(runtime);
+    }
+    if (o.prewarmSandbox) {
+      // The container starts (or is claimed from the pool) while the user writes the first
+      // message, not on the first tool call's critical path. Best effort: the tools ensure anyway.
+      bus.request(bus.names.sandboxEnsure, EnsureSandboxRequest, { sessionId, tenant, workspace: req.workspace, mode: sandboxMode }, EnsureSandboxResponse, { timeoutMs: 120_000, silenceMs: DEFAULT_SILENCE_MS })
+        .catch((error: unknown) => log.warn("sandbox pre-warm failed", { session: sessionId, code: TackError.from(error).code, error: (error as Error).message }));
     }
     return { sessionId, subject: bus.names.logSubject(tenant, sessionId) };
   });

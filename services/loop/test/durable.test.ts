@@ -9,7 +9,7 @@ import { Bus, discoverMicro, serveStream, TackError } from "@tack/bus";
 import { ensureLogStream, readAll } from "@tack/log";
 import {
   CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, EstimateCostRequest,
-  EstimateCostResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
+  EstimateCostResponse, ListProcessesRequest, ListProcessesResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
 } from "@tack/proto";
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
@@ -171,5 +171,15 @@ describe("durable dispatch", () => {
     }, { timeoutMs: 60_000, intervalMs: 50 });
     const results = ofType(list, "tool/result").map((e) => e.payload?.$case === "toolResult" && e.payload.value);
     expect(results.map((r) => r && r.content)).toEqual(["one\nexit code: 0", "two\nexit code: 0"]);
+  }, 90_000);
+
+  it("prewarm - a new session's sandbox is started at creation, before its first message", async () => {
+    llm = await startLlm();
+    const id = await create();
+    // The sandbox service lists the processes of a running container only.
+    const listing = await waitFor("the session's container to run", () =>
+      bus.request(bus.names.sandboxProcesses, ListProcessesRequest, { sessionId: id, mode: "" }, ListProcessesResponse, { timeoutMs: 10_000 }), { timeoutMs: 60_000, intervalMs: 100 });
+    expect(listing.processes).toEqual([]);
+    expect(ofType(await events(id), "user/message")).toHaveLength(0);
   }, 90_000);
 });
