@@ -2,7 +2,7 @@
 SHELL := bash
 NODE_MODULES := node_modules/.package-lock.json
 
-.PHONY: help up down test lint gen gen-check bench sandbox-image docker deps
+.PHONY: help up down test lint gen gen-check bench build sandbox-image docker deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk -F':.*## ' '{ printf "  make %-14s %s\n", $$1, $$2 }'
@@ -13,19 +13,22 @@ $(NODE_MODULES): package.json package-lock.json
 
 deps: $(NODE_MODULES) ## install npm dependencies
 
+build: deps ## bundle the CLI and every service into dist/ (esbuild; only what changed; TACK_DEV=1 runs the sources)
+	@node scripts/build.mjs
+
 docker: ## make sure a Docker engine runs (installs docker.io + runsc from Debian when root)
 	@scripts/ensure-docker.sh
 
 sandbox-image: docker ## build the sandbox image locally (debootstrap + docker import)
 	@scripts/build-sandbox-image.sh
 
-up: deps sandbox-image ## run Tack locally (NATS, every service, gateway URL); a demo session runs when no API key is set
+up: build sandbox-image ## run Tack locally (NATS, every service, gateway URL); a demo session runs when no API key is set
 	@node packages/cli/bin/tack.js up --demo
 
 down: ## stop a Tack started by `make up` in the background
 	@node packages/cli/bin/tack.js down
 
-test: deps sandbox-image ## run every test (real NATS, real Docker)
+test: build sandbox-image ## run every test (real NATS, real Docker)
 	@node scripts/gen.mjs --check
 	@npx vitest run
 
@@ -36,5 +39,5 @@ lint: deps ## type-check and lint
 gen: deps ## regenerate TypeScript and docs/events.md from proto/
 	@node scripts/gen.mjs
 
-bench: deps sandbox-image ## run the benchmark; writes bench/results/latest.json
+bench: build sandbox-image ## run the benchmark; writes bench/results/latest.json
 	@TACK_CONFIG=bench/operator.yaml npx tsx bench/run.ts

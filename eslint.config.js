@@ -3,7 +3,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "packages/proto/src/gen/**", ".tack/**", "bench/results/**"] },
+  { ignores: ["**/node_modules/**", "packages/proto/src/gen/**", ".tack/**", "bench/results/**", "dist/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
