@@ -1,7 +1,7 @@
 // Command-line parsing: argv → a typed command, or a usage error that says what was wrong.
 import { parseArgs } from "node:util";
 import { TackError } from "@tack/bus";
-import { MAX_REPLICAS, SERVICES, type ServiceName } from "./launcher.js";
+import { MAX_REPLICAS, SERVICES, type ServiceName } from "./services.js";
 
 /** A parsed command line. */
 export type Command =

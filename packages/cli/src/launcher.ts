@@ -12,15 +12,9 @@ import { describeExit, spawnChild, type Child, type ChildExit } from "./child.js
 import { serviceCommand } from "./entry.js";
 import { freePort, startNatsServer, type LocalNats } from "./nats-server.js";
 import { repoRoot } from "./paths.js";
+import { MAX_REPLICAS, SERVICES, type ServiceName } from "./services.js";
 
-/** Every service `launch` knows, in start order. */
-export const SERVICES = ["llm", "tools", "sandbox", "loop", "gateway"] as const;
-
-/** The name of one service: its code lives in `services/<name>/src/main.ts`. */
-export type ServiceName = (typeof SERVICES)[number];
-
-/** Most processes one service may run in one launch. */
-export const MAX_REPLICAS = 32;
+export { MAX_REPLICAS, SERVICES, type ServiceName };
 
 /** How the supervisor waits before starting a crashed process again. */
 export interface RestartOptions {

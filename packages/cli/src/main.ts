@@ -1,29 +1,25 @@
 // The `tack` command: parses the command line, runs one command, exits 0 (ok), 1 (failed) or 2 (bad command line).
 import { TackError } from "@tack/bus";
 import { parseCommand } from "./args.js";
-import { downCommand } from "./commands/down.js";
-import { eventsCommand } from "./commands/events.js";
-import { runCommand } from "./commands/run.js";
-import { statusCommand } from "./commands/status.js";
-import { upCommand } from "./commands/up.js";
 
 async function main(argv: string[]): Promise<number> {
   try {
     const command = parseCommand(argv);
+    // A command's code is loaded when it runs: `tack run` starts without the launcher, NATS client or telemetry.
     switch (command.name) {
       case "help":
         process.stdout.write(`${command.text}\n`);
         return 0;
       case "up":
-        return await upCommand(command, process.cwd(), process.env);
+        return await (await import("./commands/up.js")).upCommand(command, process.cwd(), process.env);
       case "down":
-        return await downCommand(process.cwd());
+        return await (await import("./commands/down.js")).downCommand(process.cwd());
       case "status":
-        return await statusCommand(command, process.cwd(), process.env);
+        return await (await import("./commands/status.js")).statusCommand(command, process.cwd(), process.env);
       case "run":
-        return await runCommand(command, process.cwd(), process.env);
+        return await (await import("./commands/run.js")).runCommand(command, process.cwd(), process.env);
       case "events":
-        return await eventsCommand(command, process.cwd(), process.env);
+        return await (await import("./commands/events.js")).eventsCommand(command, process.cwd(), process.env);
     }
   } catch (error) {
     const failure = TackError.from(error);
