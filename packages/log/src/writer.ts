@@ -1,4 +1,5 @@
-import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import { randomBytes } from "node:crypto";
+import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
 import { headers as newHeaders, type NatsConnection } from "@nats-io/nats-core";
 import { MAX_BUS_PAYLOAD, TackError, injectTrace, type Names } from "@tack/bus";
 import { Event } from "@tack/proto";
@@ -6,6 +7,7 @@ import { LogConflictError } from "./errors.js";
 import { materialize, now, type Draft } from "./event.js";
 
 const WRONG_LAST_SEQUENCE = 10071;
+const WRONG_LAST_MSG_ID = 10070;
 
 /** Where a session's log lives. */
 export interface SessionAddress {
@@ -14,9 +16,18 @@ export interface SessionAddress {
 }
 
 /**
- * The single writer of one session log. Every append carries `Nats-Msg-Id = <session>:<seq>`
- * (so a retried append is stored once) and the expected last subject sequence (so a second
- * writer is detected, never silently interleaved).
+ * The single writer of one session log. Every append carries a `Nats-Msg-Id` unique to this
+ * writer and seq (`<session>:<seq>:<writer>`, so a retried append is stored once) and an
+ * expectation that chains it to the event before it (so a second writer is detected, never
+ * silently interleaved):
+ * - the first event published while nothing is in flight expects the last stored sequence of
+ *   the session's subject (`Nats-Expected-Last-Subject-Sequence`);
+ * - an event published while the one before it is still unacknowledged (pipelined) expects
+ *   that event's Msg-Id to be the stream's last (`Nats-Expected-Last-Msg-Id`). That holds only
+ *   if nothing at all was stored in between, so the chain stays unbroken without waiting for
+ *   the ack. When another session's message got in between, the server refuses the event, and
+ *   it is sent again with the subject-sequence expectation once its predecessor is acked.
+ * Events are acknowledged, mirrored (`onAppend`) and resolved in seq order.
  */
 export class SessionLogWriter {
   readonly subject: string;
@@ -24,9 +35,19 @@ export class SessionLogWriter {
   readonly #jsm: JetStreamManager;
   readonly #stream: string;
   readonly #sessionId: string;
+  readonly #writerId = randomBytes(4).toString("hex");
+  /** Seq of the last event stored and acked, and its stream sequence. */
   #lastSeq: number;
   #lastStreamSeq: number;
-  #queue: Promise<unknown> = Promise.resolve();
+  /** Seq the next event gets (ahead of `#lastSeq` while events are in flight). */
+  #nextSeq: number;
+  /** Completion of the latest event published (every earlier one settles before it). */
+  #tail: Promise<unknown> = Promise.resolve();
+  /** Msg-Id of the latest event published and whether it is still unacknowledged. */
+  #tailMsgId = "";
+  #inFlight = 0;
+  /** Events left to publish one at a time after the stream was found busy with other sessions' messages. */
+  #sequentialFor = 0;
   #broken: TackError | undefined;
 
   private constructor(js: JetStreamClient, jsm: JetStreamManager, stream: string, subject: string, sessionId: string, lastSeq: number, lastStreamSeq: number) {
@@ -37,6 +58,7 @@ export class SessionLogWriter {
     this.#sessionId = sessionId;
     this.#lastSeq = lastSeq;
     this.#lastStreamSeq = lastStreamSeq;
+    this.#nextSeq = lastSeq + 1;
   }
 
   /** Called synchronously, in seq order, with each event once it is stored. */
@@ -54,59 +76,97 @@ export class SessionLogWriter {
     return new SessionLogWriter(jetstream(nc), jsm, names.logStream, subject, address.sessionId, lastSeq, last ? last.seq : 0);
   }
 
+  /** Set once an append failed for good (another writer, or NATS unreachable for long): this writer appends nothing more; open a new one. */
+  get broken(): TackError | undefined {
+    return this.#broken;
+  }
+
   /** Seq of the last event this writer knows is in the log (0 for an empty log). */
   get lastSeq(): number {
     return this.#lastSeq;
   }
 
-  /** Appends events in order; resolves with them as stored. Appends are serialized per writer. */
+  /**
+   * Appends events in order; resolves with them as stored. Publishing starts at once, also
+   * while earlier appends are still unacknowledged (see the class comment); a failure of one
+   * event fails every later one of this writer.
+   */
   append(...drafts: Draft[]): Promise<Event[]> {
-    const run = this.#queue.then(() => this.#appendAll(drafts));
-    this.#queue = run.catch(() => undefined);
-    return run;
+    try {
+      return Promise.all(drafts.map((d) => this.#publish(d)));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
-  async #appendAll(drafts: Draft[]): Promise<Event[]> {
-    const out: Event[] = [];
-    for (const d of drafts) out.push(await this.#appendOne(d));
-    return out;
-  }
-
-  async #storedEquals(streamSeq: number, data: Uint8Array): Promise<boolean> {
-    const stored = await this.#jsm.streams.getMessage(this.#stream, { seq: streamSeq });
-    return stored !== null && Buffer.from(stored.data).equals(Buffer.from(data));
-  }
-
-  async #appendOne(d: Draft): Promise<Event> {
+  #publish(d: Draft): Promise<Event> {
     if (this.#broken) throw this.#broken;
-    const event = materialize(d, this.#lastSeq + 1, now());
+    const event = materialize(d, this.#nextSeq, now());
     const data = Event.encode(event).finish();
     if (data.length > MAX_BUS_PAYLOAD) {
       throw new TackError("log.event_too_large", `event ${event.type} is ${data.length} bytes, over the ${MAX_BUS_PAYLOAD}-byte limit; store large content in the object store and log a reference`);
     }
-    const msgID = `${this.#sessionId}:${event.seq}`;
-    const h = newHeaders();
-    injectTrace(h);
-    for (let attempt = 1; ; attempt++) {
+    this.#nextSeq += 1;
+    const msgID = `${this.#sessionId}:${event.seq}:${this.#writerId}`;
+    // Fresh headers for every publish: the client writes the expectation into the object it is given.
+    const traced = () => {
+      const h = newHeaders();
+      injectTrace(h);
+      return h;
+    };
+    const previous = this.#tail;
+    // Pipelined only behind an unacknowledged event of ours; otherwise anchored on the subject's last sequence.
+    const pipelined = this.#inFlight > 0 && this.#sequentialFor === 0;
+    let first: Promise<PubAck> | undefined;
+    if (pipelined) {
+      first = this.#js.publish(this.subject, data, { msgID, headers: traced(), expect: { lastMsgID: this.#tailMsgId }, timeout: 5_000 });
+      first.catch(() => undefined);
+    }
+    this.#inFlight += 1;
+    this.#tailMsgId = msgID;
+    const done = (async () => {
       try {
-        const ack = await this.#js.publish(this.subject, data, {
-          msgID, headers: h, expect: { lastSubjectSequence: this.#lastStreamSeq }, timeout: 5_000,
-        });
-        if (ack.duplicate && !(await this.#storedEquals(ack.seq, data))) {
-          // Same Msg-Id but other bytes: another writer appended this seq first.
-          this.#broken = new LogConflictError(this.subject, this.#lastStreamSeq);
-          throw this.#broken;
+        // Everything before this event settles first: acks are taken (and mirrored) in seq order.
+        await previous;
+        if (this.#broken) throw this.#broken;
+        let ack: PubAck | undefined;
+        if (first) {
+          try {
+            ack = await first;
+          } catch (error) {
+            if (!(error instanceof JetStreamApiError && error.code === WRONG_LAST_MSG_ID)) {
+              if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
+            } else {
+              // Another session's message got in between: publish the next few one at a time.
+              this.#sequentialFor = 16;
+            }
+          }
         }
+        ack ??= await this.#publishAnchored(data, msgID, traced);
+        if (ack.duplicate && !(await this.#storedEquals(ack.seq, data))) throw this.#conflict();
+        if (this.#sequentialFor > 0) this.#sequentialFor -= 1;
         this.#lastSeq = event.seq;
         this.#lastStreamSeq = ack.seq;
         this.onAppend?.(event);
         return event;
       } catch (error) {
-        if (error instanceof LogConflictError) throw error;
-        if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) {
-          this.#broken = new LogConflictError(this.subject, this.#lastStreamSeq, error);
-          throw this.#broken;
-        }
+        if (!this.#broken) this.#broken = error instanceof TackError ? error : TackError.from(error, "log.append_failed");
+        throw error;
+      } finally {
+        this.#inFlight -= 1;
+      }
+    })();
+    this.#tail = done.catch(() => undefined);
+    return done;
+  }
+
+  /** Publishes with the subject-sequence expectation, retrying transport failures (the Msg-Id keeps that idempotent). */
+  async #publishAnchored(data: Uint8Array, msgID: string, headers: () => ReturnType<typeof newHeaders>): Promise<PubAck> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#js.publish(this.subject, data, { msgID, headers: headers(), expect: { lastSubjectSequence: this.#lastStreamSeq }, timeout: 5_000 });
+      } catch (error) {
+        if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
         // Transport trouble (broker restart, timeout): the same Msg-Id makes the retry idempotent.
         if (attempt >= 20) {
           throw new TackError("log.append_failed", `could not append to ${this.subject} after ${attempt} attempts: ${(error as Error).message}; is NATS running?`, { retryable: true, cause: error });
@@ -114,5 +174,15 @@ export class SessionLogWriter {
         await new Promise((r) => setTimeout(r, Math.min(250 * attempt, 2_000)));
       }
     }
+  }
+
+  #conflict(cause?: unknown): LogConflictError {
+    this.#broken = new LogConflictError(this.subject, this.#lastStreamSeq, cause);
+    return this.#broken as LogConflictError;
+  }
+
+  async #storedEquals(streamSeq: number, data: Uint8Array): Promise<boolean> {
+    const stored = await this.#jsm.streams.getMessage(this.#stream, { seq: streamSeq });
+    return stored !== null && Buffer.from(stored.data).equals(Buffer.from(data));
   }
 }

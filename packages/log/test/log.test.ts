@@ -56,6 +56,34 @@ describe("session log", () => {
     expect((await readAll(bus.nc, bus.names, { tenant: "local", sessionId: "s3" })).map((e) => e.seq)).toEqual([1, 2]);
   });
 
+  it("log - pipelined appends of two writers racing for one log never interleave: one wins whole, the other is fenced off", async () => {
+    const a = await SessionLogWriter.open(bus.nc, bus.names, { tenant: "local", sessionId: "race" });
+    const b = await SessionLogWriter.open(bus.nc, bus.names, { tenant: "local", sessionId: "race" });
+    const batch = (who: string) => Array.from({ length: 20 }, (_, i) => draft("userMessage", { text: `${who}${i}` }, who));
+    const outcomes = await Promise.allSettled([a.append(...batch("a")), b.append(...batch("b"))]);
+    const events = await readAll(bus.nc, bus.names, { tenant: "local", sessionId: "race" });
+    expect(events.map((e) => e.seq)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    // Every stored event comes from the one writer that won.
+    expect(new Set(events.map((e) => e.source)).size).toBe(1);
+    const winner = events[0]!.source;
+    expect(outcomes.map((o) => o.status)).toEqual(winner === "a" ? ["fulfilled", "rejected"] : ["rejected", "fulfilled"]);
+    expect((outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult).reason).toBeInstanceOf(LogConflictError);
+  });
+
+  it("log - pipelined appends of many sessions at once keep every log contiguous and complete, in call order", async () => {
+    const writers = await Promise.all(Array.from({ length: 8 }, (_, i) => SessionLogWriter.open(bus.nc, bus.names, { tenant: "local", sessionId: `busy${i}` })));
+    const mirrored = writers.map(() => [] as number[]);
+    writers.forEach((w, i) => { w.onAppend = (e) => mirrored[i]!.push(e.seq); });
+    // Many small appends per writer, not awaited one by one: they pipeline, and other sessions' messages get in between.
+    await Promise.all(writers.map((w) => Promise.all(Array.from({ length: 40 }, (_, n) => w.append(draft("userMessage", { text: `m${n}` }, "t"))))));
+    for (const [i] of writers.entries()) {
+      const events = await readAll(bus.nc, bus.names, { tenant: "local", sessionId: `busy${i}` });
+      expect(events.map((e) => e.seq)).toEqual(Array.from({ length: 40 }, (_, n) => n + 1));
+      expect(events.map((e) => e.payload?.$case === "userMessage" && e.payload.value.text)).toEqual(Array.from({ length: 40 }, (_, n) => `m${n}`));
+      expect(mirrored[i]).toEqual(Array.from({ length: 40 }, (_, n) => n + 1));
+    }
+  });
+
   it("log - a retried append with the same Nats-Msg-Id is stored once", async () => {
     const subject = bus.names.logSubject("local", "s4");
     const js = jetstream(bus.nc);

@@ -148,9 +148,23 @@ export class SessionRuntime {
     await this.#running;
   }
 
-  /** Appends events through the single writer. */
-  append(...drafts: Draft[]): Promise<Event[]> {
-    return this.#writer.append(...drafts);
+  /**
+   * Appends events through the single writer. A writer that failed for good (another writer
+   * took the log, or NATS stayed away through every retry) makes this runtime give the session
+   * up: the next command loads it afresh from the log.
+   */
+  async append(...drafts: Draft[]): Promise<Event[]> {
+    try {
+      return await this.#writer.append(...drafts);
+    } catch (error) {
+      if (this.#writer.broken && !this.#lost) {
+        this.#deps.log.warn("session log writer failed; giving the session up", { session: this.sessionId, error: (error as Error).message });
+        this.dispose();
+        // After the turn (if any) has unwound, so the service can release it.
+        setImmediate(() => this.#deps.onIdle(this));
+      }
+      throw error;
+    }
   }
 
   #startRenewing(): void {
