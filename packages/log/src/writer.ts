@@ -76,6 +76,12 @@ export class SessionLogWriter {
     return new SessionLogWriter(jetstream(nc), jsm, names.logStream, subject, address.sessionId, lastSeq, last ? last.seq : 0);
   }
 
+  /** Resolves once every append made so far is stored (and mirrored); throws when one failed. */
+  async flush(): Promise<void> {
+    await this.#tail;
+    if (this.#broken) throw this.#broken;
+  }
+
   /** Set once an append failed for good (another writer, or NATS unreachable for long): this writer appends nothing more; open a new one. */
   get broken(): TackError | undefined {
     return this.#broken;

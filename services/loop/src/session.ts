@@ -149,6 +149,14 @@ export class SessionRuntime {
   }
 
   /**
+   * Appends without waiting for the ack: the writer keeps the order, and a failure fails every
+   * later append (so the next awaited one, or `flush`, reports it).
+   */
+  #appendLater(...drafts: Draft[]): void {
+    this.append(...drafts).catch(() => undefined);
+  }
+
+  /**
    * Appends events through the single writer. A writer that failed for good (another writer
    * took the log, or NATS stayed away through every retry) makes this runtime give the session
    * up: the next command loads it afresh from the log.
@@ -384,8 +392,10 @@ export class SessionRuntime {
 
   /** One step: header, compaction, verification, model call, tool calls. Returns true when the model asked for tools. */
   async #step(turn: number, step: number): Promise<boolean> {
-    await this.append(draft("stepStart", { turn, step }, SOURCE));
+    // Not waited for: it pipelines behind the previous step's end, and every append is acked before the request is built.
+    this.#appendLater(draft("stepStart", { turn, step }, SOURCE));
     await this.#logHeaderIfChanged(turn, step);
+    await this.#writer.flush();
     await this.#compactor.beforeRequest({
       projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
       callModel: (request) => this.#callModel(turn, step, request, false),
@@ -409,7 +419,8 @@ export class SessionRuntime {
       return false;
     }
     await this.#runTools(turn, step, done.toolCalls, assistantEvent!.seq);
-    await this.append(draft("stepEnd", { turn, step, toolCalls: done.toolCalls.length }, SOURCE));
+    // The next step's start pipelines behind it; `flush` before the next request (or the turn's end) surfaces any failure.
+    this.#appendLater(draft("stepEnd", { turn, step, toolCalls: done.toolCalls.length }, SOURCE));
     return true;
   }
 
