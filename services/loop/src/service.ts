@@ -251,7 +251,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       const { lease, previousOwner } = await leases.claim(key, waitMs);
       let runtime: SessionRuntime;
       try {
-        runtime = await SessionRuntime.load({ bus, leases, settings, log, spills, budgets, onIdle: forget }, tenant, sessionId, lease);
+        runtime = await SessionRuntime.load({ bus, leases, settings, log: log.child({ session: sessionId, tenant }), spills, budgets, onIdle: forget }, tenant, sessionId, lease);
       } catch (error) {
         await leases.release(lease);
         throw error;
