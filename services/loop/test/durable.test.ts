@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Bus, discoverMicro, serveStream, TackError } from "@tack/bus";
 import { ensureLogStream, readAll } from "@tack/log";
 import {
-  CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, EstimateCostRequest,
+  CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, Delta_Kind, EstimateCostRequest,
   EstimateCostResponse, ListProcessesRequest, ListProcessesResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
 } from "@tack/proto";
 import { removeNamespace, waitFor } from "@tack/testkit";
@@ -181,5 +181,33 @@ describe("durable dispatch", () => {
       bus.request(bus.names.sandboxProcesses, ListProcessesRequest, { sessionId: id, mode: "" }, ListProcessesResponse, { timeoutMs: 10_000 }), { timeoutMs: 60_000, intervalMs: 100 });
     expect(listing.processes).toEqual([]);
     expect(ofType(await events(id), "user/message")).toHaveLength(0);
+  }, 90_000);
+
+  it("durable - an llm replica that dies mid-stream: the call is sent again (llm/retry, bus.worker_lost) and one whole assistant message is logged", async () => {
+    llm = await startLlm();
+    await startWorker();
+    const id = await create();
+    await llm.close();
+    // A replica that starts answering, then dies (its connection gone, no heartbeat ever again).
+    const dying = await Bus.connect({ url: NATS_URL, namespace, name: "durable-llm-dying" });
+    let died!: () => void;
+    const dead = new Promise<void>((resolve) => { died = resolve; });
+    serveStream(dying, dying.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (_req, w) => {
+      w.send({ index: 0, body: { $case: "delta", value: { kind: Delta_Kind.KIND_TEXT, text: "half an ans", toolIndex: 0, toolCallId: "", toolName: "" } } });
+      await dying.nc.flush();
+      void dying.nc.close().then(died);
+    });
+    await dying.nc.flush();
+    script = [{ content: "The whole answer." }];
+    await submit(id, "answer me");
+    await dead;
+    llm = await startLlm();
+    const list = await turnEnded(id);
+    const retries = ofType(list, "llm/retry");
+    expect(retries[0]!.payload).toMatchObject({ value: { code: "bus.worker_lost", attempt: 1 } });
+    const messages = ofType(list, "assistant/message");
+    expect(messages).toHaveLength(1);
+    expect(messages[0]!.payload).toMatchObject({ value: { content: "The whole answer." } });
+    expect(ofType(list, "turn/end")[0]!.payload).toMatchObject({ value: { reason: "completed" } });
   }, 90_000);
 });
