@@ -31,7 +31,7 @@ function project(dir: string): void {
 
 async function runTask(bus: Bus, model: string, workspace: string, task: string): Promise<Usage[]> {
   const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: "local", model, workspace }), CreateSessionResponse);
-  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: task }, SubmitMessageResponse);
+  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: task }), SubmitMessageResponse);
   for (;;) {
     const events = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
     const end = events.find((e) => e.payload?.$case === "turnEnd");

@@ -54,16 +54,16 @@ class Rig {
     await ensureLogStream(this.bus.nc, this.bus.names);
     const writer = await SessionLogWriter.open(this.bus.nc, this.bus.names, { tenant: "bench", sessionId });
     if (writer.lastSeq === 0) await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId, tenant: "bench", workspace, mode: "standard", formatVersion: FORMAT_VERSION }), "bench"));
-    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, { sessionId, tenant: "bench", workspace, mode: "workspace-write" }, EnsureSandboxResponse, { timeoutMs: 120_000 });
+    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, EnsureSandboxRequest.fromPartial({ sessionId, tenant: "bench", workspace, mode: "workspace-write" }), EnsureSandboxResponse, { timeoutMs: 120_000 });
   }
 
   exec(sessionId: string, argv: string[]): Promise<ExecResponse> {
     return this.bus.request(this.bus.names.sandboxExec, ExecRequest,
-      { sessionId, argv, stdin: Buffer.alloc(0), cwd: "", timeoutMs: 120_000, maxOutputBytes: 0, mode: "workspace-write" }, ExecResponse, { timeoutMs: 150_000 });
+      ExecRequest.fromPartial({ sessionId, argv, stdin: Buffer.alloc(0), cwd: "", timeoutMs: 120_000, maxOutputBytes: 0, mode: "workspace-write" }), ExecResponse, { timeoutMs: 150_000 });
   }
 
   async release(sessionId: string): Promise<void> {
-    await this.bus.request(this.bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId, mode: "" }, ReleaseSandboxResponse, { timeoutMs: 60_000 });
+    await this.bus.request(this.bus.names.sandboxRelease, ReleaseSandboxRequest, ReleaseSandboxRequest.fromPartial({ sessionId, mode: "" }), ReleaseSandboxResponse, { timeoutMs: 60_000 });
   }
 
   /** Times `fn` once, in milliseconds. */
