@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Bus } from "@tack/bus";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 import { launch, type Launched } from "@tack/cli";
 import { APPROVAL_TEXT } from "@tack/loop-service";
 
@@ -51,14 +51,13 @@ async function events(id: string): Promise<EventJson[]> {
   return text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
 }
 
-async function waitFor(id: string, done: (e: EventJson[]) => boolean, timeoutMs = 60_000): Promise<EventJson[]> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+/** The session's log once `done` holds for it; a timeout names `what` and the event types read last. */
+function logWhen(id: string, what: string, done: (e: EventJson[]) => boolean, timeoutMs = 60_000): Promise<EventJson[]> {
+  return waitFor(`${what} in session ${id}`, async () => {
     const e = await events(id);
     if (done(e)) return e;
-    if (Date.now() > deadline) throw new Error(`timed out; log so far: ${e.map((x) => x.type).join(", ")}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    throw new Error(`log so far: ${e.map((x) => x.type).join(", ")}`);
+  }, { timeoutMs });
 }
 
 /** Starts a read-only session on a fresh workspace and runs the script up to the approval card. */
@@ -68,7 +67,7 @@ async function escalate(name: string): Promise<{ id: string; ws: string; log: Ev
   expect(created.status, await created.clone().text()).toBe(201);
   const { id } = (await created.json()) as { id: string };
   expect((await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "create the file x" } })).status).toBe(202);
-  const log = await waitFor(id, (e) => e.some((x) => x.type === "approval/asked"));
+  const log = await logWhen(id, "an approval to be asked", (e) => e.some((x) => x.type === "approval/asked"));
   return { id, ws, log };
 }
 
@@ -101,7 +100,7 @@ describe("approvals end to end", () => {
 
     const decided = await api(`/v1/sessions/${id}/approvals/call_1_0`, { method: "POST", json: { decision: "allow_once" } });
     expect(decided.status, await decided.clone().text()).toBe(200);
-    const done = await waitFor(id, (e) => e.some((x) => x.type === "turn/end"));
+    const done = await logWhen(id, "the turn to end", (e) => e.some((x) => x.type === "turn/end"));
     expect(done.find((e) => e.type === "approval/decided")!.approvalDecided).toMatchObject({ callId: "call_1_0", decision: "allow_once" });
     const result = done.filter((e) => e.type === "tool/result").at(-1)!.toolResult!;
     // The gateway's JSON leaves out proto3 defaults, so a successful result has no isError.
@@ -117,7 +116,7 @@ describe("approvals end to end", () => {
     const { id, ws } = await escalate("reject");
     const decided = await api(`/v1/sessions/${id}/approvals/call_1_0`, { method: "POST", json: { decision: "reject" } });
     expect(decided.status, await decided.clone().text()).toBe(200);
-    const done = await waitFor(id, (e) => e.some((x) => x.type === "turn/end"));
+    const done = await logWhen(id, "the turn to end", (e) => e.some((x) => x.type === "turn/end"));
     const result = done.filter((e) => e.type === "tool/result").at(-1)!.toolResult!;
     expect(result).toMatchObject({ callId: "call_1_0", isError: true, content: APPROVAL_TEXT.rejected("workspace-write", "read-only") });
     expect(done.filter((e) => e.type === "tool/call").map((e) => e.toolCall!.callId)).toEqual(["call_0_0"]);
@@ -131,7 +130,7 @@ describe("approvals end to end", () => {
     await tack.start("loop");
     const decided = await api(`/v1/sessions/${id}/approvals/call_1_0`, { method: "POST", json: { decision: "allow_once" } });
     expect(decided.status, await decided.clone().text()).toBe(200);
-    const done = await waitFor(id, (e) => e.some((x) => x.type === "turn/end"));
+    const done = await logWhen(id, "the turn to end", (e) => e.some((x) => x.type === "turn/end"));
     expect(done.some((e) => e.type === "session/recovered")).toBe(true);
     expect(existsSync(join(ws, "x"))).toBe(true);
     expect(done.map((e) => e.seq)).toEqual(done.map((_, i) => i + 1));

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Bus } from "@tack/bus";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 import { launch, type Launched } from "@tack/cli";
 import { RECOVERY_TEXT } from "@tack/loop-service";
 
@@ -63,14 +63,13 @@ async function events(id: string): Promise<EventJson[]> {
   return text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
 }
 
-async function waitFor(id: string, done: (e: EventJson[]) => boolean, timeoutMs = 60_000): Promise<EventJson[]> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+/** The session's log once `done` holds for it; a timeout names `what` and the event types read last. */
+function logWhen(id: string, what: string, done: (e: EventJson[]) => boolean, timeoutMs = 60_000): Promise<EventJson[]> {
+  return waitFor(`${what} in session ${id}`, async () => {
     const e = await events(id);
     if (done(e)) return e;
-    if (Date.now() > deadline) throw new Error(`timed out; log so far: ${e.map((x) => x.type).join(", ")}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    throw new Error(`log so far: ${e.map((x) => x.type).join(", ")}`);
+  }, { timeoutMs });
 }
 
 const turnEnded = (n: number) => (e: EventJson[]) => e.filter((x) => x.type === "turn/end").length >= n;
@@ -117,7 +116,7 @@ describe("end to end", () => {
     ])}`, ws);
     const posted = await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "list the files" } });
     expect(posted.status).toBe(202);
-    const log = await waitFor(id, turnEnded(1));
+    const log = await logWhen(id, "turn 1 to end", turnEnded(1));
     const result = log.find((e) => e.type === "tool/result")!.toolResult!;
     const [listing, uid, host] = String(result.content).split("\n");
     expect(listing).toBe("hello.txt");
@@ -137,7 +136,7 @@ describe("end to end", () => {
       { content: "It says hello." },
     ])}`, ws);
     await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "what does hello.txt say?" } });
-    await waitFor(id, turnEnded(1));
+    await logWhen(id, "turn 1 to end", turnEnded(1));
     const r = await api(`/v1/sessions/${id}/context`);
     expect(r.status).toBe(200);
     const ctx = (await r.json()) as { tokenizer: string; tokens: { system_prompt: number; tools: number; conversation: number; total: number }; calibration: { ratio: number } | null };
@@ -160,13 +159,13 @@ describe("end to end", () => {
       { content: "One line." },
     ])}`, ws);
     await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "how many lines in hello.txt?" } });
-    const recorded = await waitFor(id, turnEnded(1));
+    const recorded = await logWhen(id, "turn 1 to end", turnEnded(1));
     // The recording is the log as JSON lines, exactly what `tack events <id> --json` prints.
     const file = join(scripts, "recording.jsonl");
     writeFileSync(file, recorded.map((e) => JSON.stringify(e)).join("\n"));
     const replayed = await createSession(`replay:${file}`, workspace("replayed"));
     await api(`/v1/sessions/${replayed}/messages`, { method: "POST", json: { text: "how many lines in hello.txt?" } });
-    const log = await waitFor(replayed, turnEnded(1));
+    const log = await logWhen(replayed, "turn 1 to end", turnEnded(1));
     const assistant = (events: EventJson[]) => events.filter((e) => e.type === "assistant/message").map((e) => [e.assistantMessage!.content, e.assistantMessage!.toolCalls]);
     expect(assistant(log)).toEqual(assistant(recorded));
     expect(log.find((e) => e.type === "tool/result")!.toolResult!.content).toMatch(/^1\n/);
@@ -180,10 +179,10 @@ describe("end to end", () => {
       { content: "Recovered." },
     ])}`, ws);
     await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "do two things" } });
-    await waitFor(id, (e) => e.filter((x) => x.type === "tool/call").length >= 1, 20_000);
+    await logWhen(id, "a tool call", (e) => e.filter((x) => x.type === "tool/call").length >= 1, 20_000);
     await tack.kill("loop", "SIGKILL");
     await tack.start("loop");
-    const log = await waitFor(id, turnEnded(1));
+    const log = await logWhen(id, "turn 1 to end", turnEnded(1));
     const types = log.map((e) => e.type);
     expect(types).toContain("session/recovered");
     const results = log.filter((e) => e.type === "tool/result").map((e) => e.toolResult!);
@@ -196,7 +195,7 @@ describe("end to end", () => {
     expect(log.at(-1)!.turnEnd).toMatchObject({ reason: "completed" });
     // The session keeps working on the new loop process.
     await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "again" } });
-    const after = await waitFor(id, turnEnded(2));
+    const after = await logWhen(id, "turn 2 to end", turnEnded(2));
     expect(after.map((e) => e.seq)).toEqual(after.map((_, i) => i + 1));
   });
 
@@ -210,11 +209,14 @@ describe("end to end", () => {
     const parent = randomBytes(8).toString("hex");
     const r = await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "trace me" }, headers: { traceparent: `00-${traceId}-${parent}-01` } });
     expect(r.status).toBe(202);
-    await waitFor(id, turnEnded(1));
-    const deadline = Date.now() + 15_000;
+    await logWhen(id, "turn 1 to end", turnEnded(1));
     const services = () => new Set(spans.filter((s) => s.traceId === traceId).map((s) => s.service));
     const turnSpan = () => spans.some((s) => s.traceId === traceId && s.name === "loop.turn");
-    while ((services().size < 5 || !turnSpan()) && Date.now() < deadline) await new Promise((res) => setTimeout(res, 200));
+    // Spans are exported in batches, after the turn.
+    await waitFor("spans of five services and the loop's turn span in the trace", () => {
+      if (services().size >= 5 && turnSpan()) return true;
+      throw new Error(`services so far: ${[...services()].sort().join(", ") || "none"}; turn span: ${turnSpan()}`);
+    }, { timeoutMs: 15_000, intervalMs: 200 });
     expect([...services()].sort()).toEqual(["tack-gateway", "tack-llm", "tack-loop", "tack-sandbox", "tack-tools"]);
     const gatewaySpan = spans.find((s) => s.traceId === traceId && s.service === "tack-gateway" && s.parentSpanId === parent);
     expect(gatewaySpan?.name).toBe("gateway POST /v1/sessions/:id/messages");

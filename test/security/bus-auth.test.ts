@@ -15,7 +15,7 @@ import { BUS_USERS, natsServerAuthorization, readBusCredentials, type BusUser } 
 import { launch, type Launched } from "@tack/cli";
 import { draft, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
 import { CallToolRequest, CallToolResponse, ExecRequest, ExecResponse } from "@tack/proto";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 import { ensureBusCredentials } from "../../packages/cli/src/bus-credentials.js";
 import { startNatsServer, type LocalNats } from "../../packages/cli/src/nats-server.js";
 
@@ -48,8 +48,6 @@ async function subscriptionError(bus: Bus, subject: string): Promise<Error> {
   }
   throw new Error(`the subscription to ${subject} ended without an error`);
 }
-
-const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 beforeAll(async () => {
   tack = await launch({ dataDir, namespace, env: { TACK_LEASE_TTL_MS: "2000", TACK_STATE_DIR: dataDir } });
@@ -135,9 +133,10 @@ describe("bus credentials", () => {
         expect((await subscriptionError(gateway, subject)).message).toContain(`Permissions Violation for Subscription to "${subject}"`);
         provoked.add(`gateway Subscription ${subject}`);
       }
+      // A round trip on each connection orders everything: the server has handled the gateway's
+      // publishes, and whatever it forwarded to the watchers arrived before the admin's pong.
       await gateway.nc.flush();
       await admin.nc.flush();
-      await pause(300);
       expect(seen).toEqual([]);
       const jsm = await jetstreamManager(admin.nc);
       const info = await jsm.streams.info(n.logStream, { subjects_filter: logSubject });
@@ -202,12 +201,12 @@ describe("bus credentials", () => {
     expect((await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "go" } })).status).toBe(202);
 
     type EventJson = { seq: number; type: string; toolResult?: { content: string; spillObject?: string }; turnEnd?: { reason: string } };
-    let log: EventJson[] = [];
-    for (const deadline = Date.now() + 90_000; !log.some((e) => e.type === "turn/end"); await pause(200)) {
-      if (Date.now() > deadline) throw new Error(`no turn/end; log so far: ${log.map((e) => e.type).join(", ")}`);
+    const log = await waitFor("the turn to end", async () => {
       const text = await (await api(`/v1/sessions/${id}/events?follow=0`)).text();
-      log = text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
-    }
+      const events = text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
+      if (events.some((e) => e.type === "turn/end")) return events;
+      throw new Error(`log so far: ${events.map((e) => e.type).join(", ")}`);
+    }, { timeoutMs: 90_000, intervalMs: 200 });
     expect(log.at(-1)!.turnEnd).toMatchObject({ reason: "completed" });
     const [ran, readBack] = log.filter((e) => e.type === "tool/result").map((e) => e.toolResult!);
     expect(ran!.content).toMatch(/^hello from the host\n1000\n1\n2\n/);
@@ -238,11 +237,19 @@ describe("bus credentials", () => {
   }, 150_000);
 
   it("bus-auth - the server logged no permission violation but the ones provoked above", async () => {
-    // Violations are logged as they happen; give the last ones a moment to reach the file.
-    await pause(500);
+    const violations = () => [...readFileSync(join(dataDir, "logs", "nats-server.log"), "utf8").matchAll(/(Publish|Subscription) Violation - User "([^"]+)", Subject "([^"]+)"/g)];
+    // One more violation provoked now: once the server has logged it, it has logged every earlier one.
+    const gateway = await connectAs("gateway");
+    const last = gateway.names.logSubject("local", "slast");
+    gateway.nc.publish(last, "the last violation");
+    provoked.add(`gateway Publish ${last}`);
+    await gateway.nc.flush();
+    const matches = await waitFor("nats-server to log the violation provoked last", () => {
+      const now = violations();
+      return now.some((match) => match[3] === last) && now;
+    }, { timeoutMs: 10_000 });
     const logged = new Set<string>();
-    const text = readFileSync(join(dataDir, "logs", "nats-server.log"), "utf8");
-    for (const match of text.matchAll(/(Publish|Subscription) Violation - User "([^"]+)", Subject "([^"]+)"/g)) {
+    for (const match of matches) {
       // The llm's inbox is named by a random token.
       logged.add(`${match[2]} ${match[1]} ${match[3]!.replace(/^_INBOX\.llm\..*/, "_INBOX.llm.*")}`);
     }

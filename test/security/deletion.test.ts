@@ -20,7 +20,7 @@ import {
   EstimateCostResponse, Role, type ToolCall,
 } from "@tack/proto";
 import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 import { startToolsService, type ToolsService } from "@tack/tools-service";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
@@ -109,21 +109,20 @@ async function createSession(target: Gateway, key = KEY_ACME): Promise<string> {
   return r.json.id as string;
 }
 
-async function waitForLog(sessionId: string, done: (types: string[]) => boolean, timeoutMs = 60_000): Promise<string[]> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+/** The event types of a session's log once `done` holds for them; a timeout names `what` and the types read last. */
+function waitForLog(sessionId: string, what: string, done: (types: string[]) => boolean, timeoutMs = 60_000): Promise<string[]> {
+  return waitFor(`${what} in session ${sessionId}`, async () => {
     const types = (await readAll(bus.nc, bus.names, { tenant: "acme", sessionId })).map((e) => e.payload?.$case ?? "");
     if (done(types)) return types;
-    if (Date.now() > deadline) throw new Error(`timed out; log so far: ${types.join(", ")}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    throw new Error(`log so far: ${types.join(", ")}`);
+  }, { timeoutMs });
 }
 
 /** Runs one turn (a bash call whose result is spilled, then a final answer) to its end. */
 async function runTurn(target: Gateway, sessionId: string): Promise<void> {
   const posted = await call(target, "POST", `/v1/sessions/${sessionId}/messages`, KEY_ACME, { text: "count to 3000" });
   expect(posted.status, JSON.stringify(posted.json)).toBe(202);
-  await waitForLog(sessionId, (types) => types.includes("turnEnd"));
+  await waitForLog(sessionId, "the turn to end", (types) => types.includes("turnEnd"));
 }
 
 /** Messages stored on the session's log subject. */
@@ -205,7 +204,7 @@ describe("session deletion", () => {
     const posted = await call(gateway, "POST", `/v1/sessions/${id}/messages`, KEY_ACME, { text: "count to 3000" });
     expect(posted.status).toBe(202);
     // The model call is held: the turn is running.
-    await waitForLog(id, (types) => types.includes("stepStart"));
+    await waitForLog(id, "the first step", (types) => types.includes("stepStart"));
     const before = await logMessages(id);
     const refused = await call(gateway, "DELETE", `/v1/sessions/${id}`, KEY_ACME);
     expect(refused.status, JSON.stringify(refused.json)).toBe(409);
@@ -213,7 +212,7 @@ describe("session deletion", () => {
     expect(await logMessages(id)).toBe(before);
     expect((await call(gateway, "GET", `/v1/sessions/${id}`, KEY_ACME)).status).toBe(200);
     open();
-    await waitForLog(id, (types) => types.includes("turnEnd"));
+    await waitForLog(id, "the turn to end", (types) => types.includes("turnEnd"));
     const deleted = await call(gateway, "DELETE", `/v1/sessions/${id}`, KEY_ACME);
     expect(deleted.status, JSON.stringify(deleted.json)).toBe(200);
     expect(await logMessages(id)).toBe(0);
@@ -228,19 +227,18 @@ describe("session deletion", () => {
       operator: operator({ session_max_age_days: maxAgeMs / DAY_MS, sweep_interval_minutes: 250 / 60_000 }),
       apiKeys: [{ key: KEY_ACME, tenant: "acme" }, { key: KEY_GLOBEX, tenant: "globex" }],
     });
+    const sweeping = retentionGateway;
     const old = await createSession(retentionGateway);
     await runTurn(retentionGateway, old);
     const turnEndedAt = Date.now();
-    const deadline = Date.now() + 30_000;
-    while ((await call(retentionGateway, "GET", `/v1/sessions/${old}`, KEY_ACME)).status !== 404) {
-      if (Date.now() > deadline) throw new Error("the retention sweep did not delete the idle session");
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await waitFor("the retention sweep to delete the idle session", async () => (await call(sweeping, "GET", `/v1/sessions/${old}`, KEY_ACME)).status === 404);
     // Idle is counted from the last log event, not only from the index's last API call.
     expect(Date.now() - turnEndedAt).toBeGreaterThanOrEqual(maxAgeMs - 500);
     const fresh = await createSession(retentionGateway);
-    // Several sweeps run meanwhile; the fresh session is far younger than the maximum age.
-    await new Promise((r) => setTimeout(r, 1_500));
+    // Several sweeps (every 250 ms) run while its log is watched (not through the API, which would count as activity);
+    // the fresh session is far younger than the maximum age, so waiting for its deletion must time out.
+    await expect(waitFor("the fresh session's log to be purged", async () => (await logMessages(fresh)) === 0, { timeoutMs: 1_500 }))
+      .rejects.toMatchObject({ code: "testkit.timeout" });
     expect((await call(retentionGateway, "GET", `/v1/sessions/${fresh}`, KEY_ACME)).status).toBe(200);
     expect(await logMessages(fresh)).toBeGreaterThan(0);
     expect(await logMessages(old)).toBe(0);

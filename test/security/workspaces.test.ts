@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Bus } from "@tack/bus";
 import { launch, type Launched } from "@tack/cli";
 import { INSTALL_DIR } from "@tack/config";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 const namespace = `wsec${randomBytes(4).toString("hex")}`;
@@ -42,14 +42,12 @@ async function sessionCount(tenant: keyof typeof keys): Promise<number> {
 
 async function runTurn(tenant: keyof typeof keys, id: string, text: string): Promise<EventJson[]> {
   expect((await api(tenant, `/v1/sessions/${id}/messages`, { method: "POST", json: { text } })).status).toBe(202);
-  const deadline = Date.now() + 60_000;
-  for (;;) {
+  return waitFor(`the turn to end in session ${id}`, async () => {
     const body = await (await api(tenant, `/v1/sessions/${id}/events?follow=0`)).text();
     const events = body.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
     if (events.some((e) => e.type === "turn/end")) return events;
-    if (Date.now() > deadline) throw new Error(`turn did not end: ${events.map((e) => e.type).join(", ")}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    throw new Error(`log so far: ${events.map((e) => e.type).join(", ")}`);
+  }, { timeoutMs: 60_000 });
 }
 
 /** A tar archive built with Python's tarfile, so that it can hold entries GNU tar would not write. */

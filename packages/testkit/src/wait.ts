@@ -12,9 +12,23 @@ export interface WaitOptions {
 /** What a probe answers: a value when the wait is over; undefined, null or false while it is not. */
 export type Probe<T> = () => Promise<T | undefined | null | false> | T | undefined | null | false;
 
+/** What `stopWaiting` throws: a verdict rather than a "not yet". */
+class StopWaiting {
+  constructor(readonly reason: unknown) {}
+}
+
+/**
+ * Called in a probe when what it waits for can no longer happen (the process it waits on
+ * exited, say): the `waitFor` fails at once with `reason` instead of waiting out its timeout.
+ */
+export function stopWaiting(reason: unknown): never {
+  throw new StopWaiting(reason);
+}
+
 /**
  * Asks `probe` until it answers a value other than undefined, null or false, and returns that
- * value. A probe that throws counts as "not yet" (a server still starting, say). When the time
+ * value. A probe that throws counts as "not yet" (a server still starting, say; `stopWaiting`
+ * ends the wait at once instead). When the time
  * is up it fails with `testkit.timeout`, naming `what` it waited for and the last answer or
  * error it saw, so a failing test says what never happened and what was there instead.
  */
@@ -31,6 +45,7 @@ export async function waitFor<T>(what: string, probe: Probe<T>, options: WaitOpt
       if (value !== undefined && value !== null && value !== false) return value;
       last = { value };
     } catch (error) {
+      if (error instanceof StopWaiting) throw error.reason;
       last = { error };
     }
     const left = deadline - Date.now();

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { waitFor } from "@tack/testkit";
+import { stopWaiting, waitFor } from "@tack/testkit";
 
 describe("waitFor", () => {
   it("wait - returns the first answer that is not undefined, null or false, asking again meanwhile", async () => {
@@ -32,6 +32,18 @@ describe("waitFor", () => {
       message: expect.stringContaining("waiting for the log; the last probe failed: Error: no turn/end yet: turn/start, step/start"),
       cause: expect.objectContaining({ message: "no turn/end yet: turn/start, step/start" }),
     });
+  });
+
+  it("wait - stopWaiting in a probe fails the wait at once with its reason", async () => {
+    let asked = 0;
+    const started = Date.now();
+    const failed = await waitFor("a process to be ready", () => {
+      if (++asked === 2) stopWaiting(new Error("the process exited with code 1"));
+      return false;
+    }, { timeoutMs: 10_000, intervalMs: 1 }).catch((error: unknown) => error);
+    expect(failed).toEqual(new Error("the process exited with code 1"));
+    expect(asked).toBe(2);
+    expect(Date.now() - started).toBeLessThan(5_000);
   });
 
   it("wait - refuses a timeout or interval that makes no sense", async () => {

@@ -13,6 +13,7 @@ import { compileOperatorConfig } from "@tack/config";
 import { ensureLogStream, readAll } from "@tack/log";
 import { ensurePropagation } from "@tack/telemetry";
 import { MAX_BODY_BYTES, startGateway, type Gateway } from "@tack/gateway-service";
+import { waitFor } from "@tack/testkit";
 import { FakeLoop } from "./fake-loop.js";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
@@ -108,15 +109,15 @@ async function* frames(res: Response): AsyncGenerator<Frame> {
   }
 }
 
-/** Opens an event stream and collects events until `until` says stop; then disconnects. */
-async function readEvents(id: string, options: { query?: string; lastEventId?: string; until: (events: Frame[]) => boolean }): Promise<Frame[]> {
+/** Opens an event stream and collects events (into `options.into`, if given, as they arrive) until `until` says stop; then disconnects. */
+async function readEvents(id: string, options: { query?: string; lastEventId?: string; until: (events: Frame[]) => boolean; into?: Frame[] }): Promise<Frame[]> {
   const abort = new AbortController();
   const headers: Record<string, string> = { authorization: `Bearer ${KEY_ACME}` };
   if (options.lastEventId) headers["last-event-id"] = options.lastEventId;
   const res = await fetch(`${gateway.url}/v1/sessions/${id}/events${options.query ?? ""}`, { headers, signal: abort.signal });
   expect(res.status).toBe(200);
   expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
-  const events: Frame[] = [];
+  const events: Frame[] = options.into ?? [];
   try {
     for await (const frame of frames(res)) {
       if (frame.comment !== undefined) continue;
@@ -135,13 +136,8 @@ async function post(id: string, text: string) {
   return res.json as { seq: number; turn: number };
 }
 
-async function waitForSpan(name: string, match: (span: ReadableSpan) => boolean = () => true): Promise<ReadableSpan> {
-  for (let i = 0; i < 100; i++) {
-    const found = spans.getFinishedSpans().find((s) => s.name === name && match(s));
-    if (found) return found;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`span ${name} never ended`);
+function waitForSpan(name: string, match: (span: ReadableSpan) => boolean = () => true): Promise<ReadableSpan> {
+  return waitFor(`span ${name} to end`, () => spans.getFinishedSpans().find((s) => s.name === name && match(s)), { timeoutMs: 2_000, intervalMs: 20 });
 }
 
 describe("gateway", () => {
@@ -278,7 +274,8 @@ describe("gateway", () => {
 
   it("sessions - create, get and list newest first, per tenant", async () => {
     const a1 = await createSession({ title: "first" });
-    await new Promise((r) => setTimeout(r, 5));
+    // Newest first needs distinct creation times.
+    await waitFor("the clock to pass the first session's creation time", () => Date.now() > Date.parse(a1.created_at), { intervalMs: 1 });
     const a2 = await createSession({ title: "second", sandbox_mode: "read-only", approval_policy: "never" });
     const b1 = await createSession({ title: "globex's" }, KEY_GLOBEX);
     expect(a1).toMatchObject({
@@ -474,9 +471,10 @@ describe("gateway", () => {
     await waitForSpan("gateway GET /v1/sessions/:id/events", (s) => s.attributes["tack.session_id"] === session.id);
 
     for (let i = 1; i <= 3; i++) await post(session.id, `while away ${i}`);
-    const resumed = readEvents(session.id, { lastEventId: first.at(-1)!.id, until: (e) => Number(e.at(-1)!.id) >= 9 });
-    // Give the stream time to catch up, then append live.
-    await new Promise((r) => setTimeout(r, 300));
+    const received: Frame[] = [];
+    const resumed = readEvents(session.id, { lastEventId: first.at(-1)!.id, until: (e) => Number(e.at(-1)!.id) >= 9, into: received });
+    // Once the stream has caught up on what was logged while away, append live.
+    await waitFor("the resumed stream to catch up to seq 8", () => received.at(-1)?.id === "8", { timeoutMs: 5_000, intervalMs: 10 });
     await post(session.id, "live");
     const second = await resumed;
     const seqs = [...first, ...second].map((f) => Number(f.id));

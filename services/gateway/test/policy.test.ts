@@ -9,7 +9,7 @@ import SQLite from "better-sqlite3";
 import { Bus } from "@tack/bus";
 import { compileOperatorConfig, type OperatorConfig } from "@tack/config";
 import { ensureLogStream, readAll } from "@tack/log";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 import { startGateway, type Gateway } from "@tack/gateway-service";
 import { FakeLoop } from "./fake-loop.js";
 
@@ -412,7 +412,7 @@ describe("limits - each refused with its code, status and value, creating nothin
     });
     expect((await call("GET", "/v1/admin/tenants", KEYS.few)).json.tenants[0].usage.event_streams).toBe(1);
     first.close();
-    for (let i = 0; i < 100 && (await call("GET", "/v1/admin/tenants", KEYS.few)).json.tenants[0].usage.event_streams !== 0; i++) await new Promise((r) => setTimeout(r, 20));
+    await waitFor("the closed stream to be counted off", async () => (await call("GET", "/v1/admin/tenants", KEYS.few)).json.tenants[0].usage.event_streams === 0, { timeoutMs: 2_000, intervalMs: 20 });
     const again = await call("GET", `/v1/sessions/${session!.id}/events?follow=0`, KEYS.few);
     expect(again.status).toBe(200);
   });

@@ -16,6 +16,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { compileOperatorConfig } from "@tack/config";
+import { waitFor } from "@tack/testkit";
 import {
   canonicalCidr,
   cidrContains,
@@ -477,8 +478,15 @@ describe.each(["runc", "runsc"] as const)("networked sandboxes under %s", (runti
       expect(outcome[address], `${kind} ${address}`).toMatch(/^refused /);
       expect(outcome[address], `${kind} ${address}`).toMatch(/No route to host|Connection refused|timed out|Network is unreachable|Permission denied/);
     }
-    // Give stray packets a moment to arrive, then check the victim saw none (TCP, UDP, anything IPv4).
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Watch for stray packets for a moment: waiting for one at any refused address must time out (TCP, UDP, anything IPv4).
+    const stray = async () => {
+      for (const address of Object.values(REFUSED)) {
+        const seen = await victim.sawFor(address);
+        if (seen.length > 0) return { address, seen };
+      }
+      return undefined;
+    };
+    await expect(waitFor("a packet to reach a refused address", stray, { timeoutMs: 500, intervalMs: 50 })).rejects.toMatchObject({ code: "testkit.timeout" });
     for (const address of Object.values(REFUSED)) expect(await victim.sawFor(address), address).toEqual([]);
     // The same through HTTP, the way metadata is usually asked for.
     const http = await h.exec("n1", ["python3", "-c", `import urllib.request; urllib.request.urlopen('http://${REFUSED.metadata}:${VICTIM_PORT}/latest/meta-data/', timeout=3)`]);

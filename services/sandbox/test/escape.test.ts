@@ -4,6 +4,7 @@ import { randomBytes } from "node:crypto";
 import { access, chown, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "@tack/testkit";
 import { docker, Harness, rejection, type ExecResult } from "./helpers.js";
 
 const SECRET = `tack-secret-${randomBytes(4).toString("hex")}`;
@@ -227,12 +228,11 @@ python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
     const pids = [script, renamed, binary];
     expect(pids.every(Number.isInteger)).toBe(true);
     // Until each has executed (its command line is the shell's before that).
-    let listed: Array<{ pid: number; ppid: number; command: string }> = [];
-    for (let attempt = 0; attempt < 50; attempt++) {
-      listed = (await h.processes("rw", "workspace-write")).processes;
-      if (listed.filter((p) => pids.includes(p.pid) && /agent\.py/.test(p.command)).length === 3) break;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
+    const listed = await waitFor("the three impostors to have executed", async () => {
+      const now = (await h.processes("rw", "workspace-write")).processes;
+      if (now.filter((p) => pids.includes(p.pid) && /agent\.py/.test(p.command)).length === 3) return now;
+      throw new Error(`listed: ${JSON.stringify(now.filter((p) => pids.includes(p.pid)))}`);
+    }, { timeoutMs: 5_000 });
     expect(listed.filter((p) => pids.includes(p.pid)).map(({ pid, ppid, command }) => ({ pid, ppid, command }))).toEqual([
       { pid: script, ppid: 1, command: "python3 -I -S -B /tmp/impostor/agent.py" },
       { pid: renamed, ppid: 1, command: "/opt/tack/agent.py 301" },
@@ -402,7 +402,10 @@ python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
 
   it("abuse - an exec agent killed from outside ends the session's commands cleanly, and ensure brings the sandbox back", async () => {
     const running = [h.exec("victim", ["sleep", "30"]), h.exec("victim", ["sleep", "31"])];
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await waitFor("both commands to run", async () => {
+      const commands = (await h.processes("victim")).processes.map((p) => p.command);
+      return commands.includes("sleep 30") && commands.includes("sleep 31");
+    }, { timeoutMs: 10_000 });
     // Commands cannot kill it (see above), so the host does: SIGKILL to PID 1 stops the container.
     const [victim] = await h.containerIds("victim");
     await docker.getContainer(victim!).kill();

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ReleaseSandboxRequest, ReleaseSandboxResponse } from "@tack/proto";
+import { waitFor } from "@tack/testkit";
 import { startSandboxService } from "../src/index.js";
 import { docker, Harness, NATS_URL, rejection } from "./helpers.js";
 
@@ -170,9 +171,7 @@ describe("sandbox lifecycle with other settings", () => {
     try {
       await h.ensure({ sessionId: "s-idle", workspace: await h.workspace() });
       expect(await h.containerIds("s-idle")).toHaveLength(1);
-      const deadline = Date.now() + 20_000;
-      while ((await h.containerIds("s-idle")).length > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 200));
-      expect(await h.containerIds("s-idle")).toEqual([]);
+      await waitFor("the reaper to remove the idle container", async () => (await h.containerIds("s-idle")).length === 0, { timeoutMs: 20_000, intervalMs: 200 });
       expect((await rejection(h.exec("s-idle", ["true"]))).code).toBe("sandbox.not_found");
     } finally {
       await h.cleanup();

@@ -4,21 +4,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Kvm } from "@nats-io/kv";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { stopWaiting, waitFor } from "@tack/testkit";
 import { placementBucket, replicaSubject, startSandboxService, type Placement } from "../src/index.js";
 import { disposeReplicaDir } from "../src/mounts.js";
 import { docker, Harness, NATS_URL, rejection, uniqueNamespace } from "./helpers.js";
 
 const root = join(import.meta.dirname, "../../..");
-
-async function until<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 describe("sandbox placement across replicas", () => {
   const namespace = uniqueNamespace();
@@ -36,7 +27,10 @@ describe("sandbox placement across replicas", () => {
     });
     let stderr = "";
     replicaA.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-    await until("replica a to fill its pool", async () => stderr.includes("warm pool full") || (replicaA.exitCode !== null && Promise.reject(new Error(stderr))));
+    await waitFor("replica a to fill its pool", () => {
+      if (replicaA.exitCode !== null) stopWaiting(new Error(`replica a exited (${replicaA.exitCode}): ${stderr}`));
+      return stderr.includes("warm pool full");
+    });
     // Replica b starts only after a's session exists, so that a is the one that creates it.
     h = await Harness.start({ namespace, replicaId: "b", poolSize: 0, idleTimeoutMs: 2000 });
     await h.service.stop();
@@ -87,12 +81,16 @@ describe("sandbox placement across replicas", () => {
 
   it("placement - a dead replica's containers, pool slots and records are removed by a live one, and its sessions start again there", async () => {
     // s1, and the pool container a started after the claim.
-    await until("a's pool to refill", async () => (await h.containerIds()).length === 2);
+    await waitFor("a's pool to refill", async () => (await h.containerIds()).length === 2);
     replicaA.kill("SIGKILL");
-    await until("a's containers to be removed", async () => (await h.containerIds()).length === 0);
+    await waitFor("a's containers to be removed", async () => (await h.containerIds()).length === 0);
     const mounts = async () => (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((line) => line.split(" ")[4]?.startsWith(poolDir));
     // Its slots (the claimed one with s1's workspace on it) and its replica directory are unmounted.
-    await until("a's mounts to be gone", async () => (await mounts()).length === 0, 5000).catch(async () => expect(await mounts()).toEqual([]));
+    await waitFor("a's mounts to be gone", async () => {
+      const left = await mounts();
+      if (left.length === 0) return true;
+      throw new Error(`still mounted: ${left.join("; ")}`);
+    }, { timeoutMs: 5_000 });
     const kv = await new Kvm(h.bus.nc).open(placementBucket(namespace));
     expect((await kv.get("s1.workspace-write"))?.operation ?? "gone").not.toBe("PUT");
     expect((await rejection(h.exec("s1", ["true"]))).code).toBe("sandbox.not_found");

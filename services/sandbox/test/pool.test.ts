@@ -2,6 +2,7 @@ import { readFile, readdir, rmdir, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "@tack/testkit";
 import { docker, Harness, uniqueNamespace } from "./helpers.js";
 
 const mountsUnder = async (dir: string) => (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((line) => line.split(" ")[4]?.startsWith(dir));
@@ -82,7 +83,7 @@ describe("sandbox warm pool", () => {
     const { containerId } = await h.ensure({ sessionId: "p-restart", workspace });
     // Killed from outside: the agent is PID 1, whose signals from commands the kernel drops.
     const running = h.exec("p-restart", ["sleep", "30"]);
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await waitFor("the command to run", async () => (await h.processes("p-restart")).processes.some((p) => p.command === "sleep 30"), { timeoutMs: 10_000 });
     await docker.getContainer(containerId).kill();
     await expect(running).rejects.toMatchObject({ code: "sandbox.agent_lost" });
     expect(await h.ensure({ sessionId: "p-restart", workspace })).toMatchObject({ created: false });

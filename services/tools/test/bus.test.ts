@@ -6,6 +6,7 @@ import { Bus, TackError } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
 import { CallToolRequest, CallToolResponse, EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { waitFor } from "@tack/testkit";
 import { startToolsService, type ToolsService } from "../src/index.js";
 import { LocalSandboxClient } from "./support/local-sandbox.js";
 
@@ -15,6 +16,8 @@ let namespace: string;
 let root: string;
 let client: Bus;
 let sandboxResponder: Bus;
+/** What the current sandbox responder runs the commands with (it records every request). */
+let sandbox: LocalSandboxClient;
 let service: ToolsService;
 
 beforeEach(async () => {
@@ -29,6 +32,7 @@ beforeEach(async () => {
 async function startSandboxResponder(): Promise<Bus> {
   const sandboxResponder = await Bus.connect({ url: NATS_URL, namespace, name: "test-sandbox" });
   const local = new LocalSandboxClient(root);
+  sandbox = local;
   const never = new AbortController().signal;
   sandboxResponder.serve(sandboxResponder.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, async (request) => {
     await local.ensure(request);
@@ -122,7 +126,7 @@ describe("bus", () => {
 
   it("bus - stopping the service answers in-flight calls with tools.cancelled", async () => {
     const pending = call("bash", { command: "sleep 5", timeout_ms: 5000 }).catch((e: unknown) => e);
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    await waitFor("the command to reach the sandbox", () => sandbox.executed.some((request) => request.argv.join(" ").includes("sleep 5")), { timeoutMs: 5_000, intervalMs: 10 });
     await service.stop();
     expect(await pending).toMatchObject({ code: "tools.cancelled", retryable: true });
     service = await startToolsService({ natsUrl: NATS_URL, namespace });
