@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { JetStreamManager } from "@nats-io/jetstream";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Bus } from "@tack/bus";
 import { launch, type Launched } from "@tack/cli";
 import { ensureLogStream, readAll } from "@tack/log";
@@ -22,7 +22,7 @@ let cluster: NatsCluster;
 let bus: Bus;
 let jsm: JetStreamManager;
 let tack: Launched | undefined;
-/** The node leading the log stream (and, moved there, the lease bucket): the one killed. */
+/** The node that held the log stream at first and leads it and the lease bucket when killed. */
 let victim: number;
 
 const LOG_STREAM = `${namespace.toUpperCase()}_LOG`;
@@ -50,23 +50,29 @@ beforeAll(async () => {
   ] }));
 
   cluster = await startNatsCluster();
-  // Created here with 3 replicas (as the loop would from the configuration), so its leader is known before anything connects.
+  // A log stream left from a single-server setup (1 replica): the loop scales it to the configured 3.
   const first = await Bus.connect({ url: cluster.urls[0]!, namespace, name: "cluster-test-setup" });
-  const info = await (await ensureLogStream(first.nc, first.names, { replicas: 3 })).streams.info(LOG_STREAM);
+  const info = await (await ensureLogStream(first.nc, first.names)).streams.info(LOG_STREAM);
   await first.close();
-  expect(info.config.num_replicas).toBe(3);
+  expect(info.config.num_replicas).toBe(1);
+  // The node holding it is the one killed; everything else talks to a node that stays up (its
+  // connection learns the other nodes from the cluster).
   victim = cluster.nodeOf(info.cluster!.leader!);
-  // Everything else talks to a node that stays up; its connection learns the other nodes from the cluster.
   const survivor = cluster.urls[(victim + 1) % cluster.urls.length]!;
   bus = await Bus.connect({ url: survivor, namespace, name: "cluster-test" });
-  jsm = await ensureLogStream(bus.nc, bus.names, { replicas: 3 });
   tack = await launch({
     dataDir: stateDir, natsUrl: survivor, namespace, services: ["llm", "tools", "sandbox", "loop"],
     env: { TACK_CONFIG: config, TACK_STATE_DIR: stateDir, TACK_SANDBOX_POOL_SIZE: "0" },
   });
-  // The worst case for a running turn: the killed node also leads the lease bucket (created by
-  // the loop), so the session's lease renewals wait for an election just like its appends.
-  await leadOn(`KV_${bus.names.leaseBucket}`, cluster.serverNames[victim]!);
+  jsm = await jetstreamManager(bus.nc);
+  expect((await jsm.streams.info(LOG_STREAM)).config.num_replicas).toBe(3);
+  // The worst case for a running turn: the killed node leads both the log and the lease bucket
+  // (created by the loop), so appends and lease renewals both wait for an election.
+  for (const stream of [LOG_STREAM, `KV_${bus.names.leaseBucket}`]) await leadOn(stream, cluster.serverNames[victim]!);
+  await waitFor("all three replicas of the log to be current", async () => {
+    const peers = (await jsm.streams.info(LOG_STREAM)).cluster?.replicas ?? [];
+    return peers.length === 2 && peers.every((p) => p.current);
+  });
 }, 90_000);
 
 afterAll(async () => {

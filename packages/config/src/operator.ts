@@ -43,6 +43,8 @@ const KeySchema = z.strictObject({
   file: z.string().optional(),
 }).refine((k) => [k.sha256, k.env, k.file].filter((v) => v !== undefined).length === 1, "give exactly one of sha256, env or file");
 
+const REPLICAS_CHOICES = "must be 1 (a single NATS server), 3 or 5 (a JetStream cluster of at least that many servers; odd, so that a majority survives a failed server)";
+
 const ConfigSchema = z.strictObject({
   tenants: z.record(tenantId, TenantPolicySchema).default({}),
   keys: z.array(KeySchema).default([]),
@@ -85,8 +87,7 @@ const ConfigSchema = z.strictObject({
      * tenant spend, spilled results): 1 on a single NATS server, 3 (or 5) on a JetStream cluster
      * of at least that many servers. Odd, so that a majority remains when servers fail.
      */
-    replicas: z.number({ error: "must be 1, 3 or 5" }).refine((n) => LOG_REPLICAS.includes(n as LogReplicas),
-      "must be 1 (a single NATS server), 3 or 5 (a JetStream cluster of at least that many servers; odd, so that a majority survives a failed server)").default(1),
+    replicas: z.number({ error: REPLICAS_CHOICES }).refine((n) => LOG_REPLICAS.includes(n as LogReplicas), REPLICAS_CHOICES).default(1),
   }).default({ replicas: 1 }),
 });
 
