@@ -41,10 +41,10 @@ function firstStep(events: Seen[], afterSeq: number) {
 }
 
 /**
- * `first_step_ms`: a new session (created through the gateway, its sandbox not yet existing)
- * gets a message; measured from just before the POST to its first `tool/result` reaching a log
- * subscriber. The scripted model's first reply calls bash `true`. The warm pool is refilled
- * before each session, as it is for a session arriving at an idle Tack.
+ * `first_step_ms`: a session created through the gateway gets its first message right away (as
+ * `tack run` sends it); measured from just before the POST to its first `tool/result` reaching a
+ * log subscriber. The scripted model's first reply calls bash `true`. The warm pool is refilled
+ * before each session is created, as it is for a session arriving at an idle Tack.
  */
 export async function benchFirstStep(stack: Stack): Promise<Record<string, unknown>> {
   const totals: number[] = [];
@@ -54,8 +54,10 @@ export async function benchFirstStep(stack: Stack): Promise<Record<string, unkno
   // One session first, not counted: the services' first session pays one-time costs (code loaded and compiled, connections).
   let firstAfterLaunch = 0;
   for (let i = -1; i < FIRST_STEPS; i++) {
-    const session = await stack.createSession(model, stack.workspace());
+    // As `tack run` does: the message right after the session is created (the loop may start the
+    // session's container at creation; the first tool call waits for it if that is not done yet).
     await poolRefilled(stack.namespace);
+    const session = await stack.createSession(model, stack.workspace());
     const { sentAt } = await stack.submit(session, "run true");
     const step = await stack.watch.waitFor(session, (events) => firstStep(events, 0), 60_000);
     if (i < 0) {
@@ -78,7 +80,7 @@ export async function benchFirstStep(stack: Stack): Promise<Record<string, unkno
       p50, p90: percentile(totals, 90), sessions: totals.length, goal: FIRST_STEP_GOAL_MS, met: p50 <= FIRST_STEP_GOAL_MS,
       first_after_launch: Math.round(firstAfterLaunch),
       breakdown_p50_ms: { ...medians(phases), ...medians(collectParts(parts)) },
-      definition: "new session (gateway, warm pool full, no container yet; first_after_launch = the services' very first session, not counted): POST /v1/sessions/:id/messages sent → its first tool/result reaches a log subscriber; the scripted model's first reply calls bash `true`. Breakdown (p50 of each part on its own): submit_to_user_message = gateway + loop claims and loads the session + appends; before_model = request header, tool list, compaction and budget checks; model = scripted reply streamed and logged; sandbox_ensure = the session's container from the warm pool; sandbox_exec = `true` in it; result_seen = tool/result stamped → seen",
+      definition: "new session created through the gateway (warm pool full) and its message POSTed right away, as tack run does (first_after_launch = the services' very first session, not counted): POST /v1/sessions/:id/messages sent → its first tool/result reaches a log subscriber; the scripted model's first reply calls bash `true`. Breakdown (p50 of each part on its own): submit_to_user_message = gateway, the loop (claiming and loading the session unless it holds it), the append; before_model = request header, tool list, compaction and budget checks; model = scripted reply streamed and logged; sandbox_ensure = the tools service's ensure of the session's container (a warm-pool claim, or a wait for the one the loop started at creation); sandbox_exec = `true` in it; result_seen = tool/result stamped → seen",
     },
   };
 }

@@ -26,7 +26,8 @@ interface Outcome {
   firstStep?: number;
   /** step/start → step/end of the steps after the first (the session's container exists by then). */
   laterSteps: number[];
-  firstParts?: ReturnType<typeof stepParts>;
+  /** The first step's parts (`stepParts`) and what came before its step/start. */
+  firstParts: Record<string, number>;
 }
 
 function outcome(stack: Stack, session: string, sentAt: number, events: Seen[], reason: string): Outcome {
@@ -41,12 +42,19 @@ function outcome(stack: Stack, session: string, sentAt: number, events: Seen[], 
     const start = starts.find((s) => s.event.payload?.$case === "stepStart" && s.event.payload.value.step === payload.value.step);
     if (start) laterSteps.push(end.time - start.time);
   }
+  const user = events.find((s) => s.type === "user/message");
+  const turn = events.find((s) => s.type === "turn/start");
+  const before: Record<string, number> = {};
+  if (user) before.submit_to_user_message = user.time - sentAt;
+  if (user && turn) before.user_message_to_turn_start = turn.time - user.time;
+  if (turn && starts[0]) before.turn_start_to_step_start = starts[0].time - turn.time;
+  if (firstResult) before.result_seen = firstResult.seenAt - firstResult.time;
   return {
     reason,
     toolErrors: results.filter((s) => s.event.payload?.$case === "toolResult" && s.event.payload.value.isError).length,
     firstStep: firstResult ? firstResult.seenAt - sentAt : undefined,
     laterSteps,
-    firstParts: starts[0] ? stepParts(events, stack.tap, session, starts[0]) : undefined,
+    firstParts: { ...before, ...(starts[0] ? stepParts(events, stack.tap, session, starts[0]) : {}) },
   };
 }
 
@@ -103,7 +111,7 @@ export async function benchLoad(options: { natsUrl: string }): Promise<Record<st
           finished: ok >= GOALS.finished, first_step_p50_ms: firstP50 <= GOALS.first_step_p50_ms, step_p99_ms: stepP99 <= GOALS.step_p99_ms,
           loop_rss_mb: (rssMb.loop ?? Infinity) <= GOALS.loop_rss_mb,
         },
-        first_step_breakdown_p50_ms: medians(collectParts(outcomes.flatMap((o) => (o.firstParts ? [o.firstParts] : [])))),
+        first_step_breakdown_p50_ms: medians(collectParts(outcomes.map((o) => o.firstParts))),
         later_step_breakdown_p50_ms: laterBreakdown(stack, sessions),
         definition: `${SESSIONS} sessions created through the gateway (each its own workspace; the sandbox service's warm pool is its default 2), then all their messages sent at once; each turn: bash write, read, bash ls, answer. finished = turn completed with no failed tool call within ${CAP_MS / 1000} s; first step = message POST → first tool/result seen (includes the session's container: cold starts once the pool is empty); step = step/start → step/end of steps 2-3 (container exists); rss_mb = peak VmRSS of each service process during the run`,
       },
