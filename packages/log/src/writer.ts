@@ -45,6 +45,8 @@ export class SessionLogWriter {
   #tail: Promise<unknown> = Promise.resolve();
   /** Msg-Id of the latest event published and whether it is still unacknowledged. */
   #tailMsgId = "";
+  /** Whether that event was sent when it was appended (not deferred): only then may the next one pipeline behind it. */
+  #tailSent = false;
   #inFlight = 0;
   /** Events left to publish one at a time after the stream was found busy with other sessions' messages. */
   #sequentialFor = 0;
@@ -121,15 +123,19 @@ export class SessionLogWriter {
       return h;
     };
     const previous = this.#tail;
-    // Pipelined only behind an unacknowledged event of ours; otherwise anchored on the subject's last sequence.
-    const pipelined = this.#inFlight > 0 && this.#sequentialFor === 0;
+    // Sent at once when nothing is in flight (anchored on the subject's last sequence, known
+    // now), or behind an event of ours that was itself sent at once (pipelined on its Msg-Id);
+    // otherwise sent anchored once everything before it is acked.
     let first: Promise<PubAck> | undefined;
-    if (pipelined) {
+    if (this.#inFlight === 0) {
+      first = this.#js.publish(this.subject, data, { msgID, headers: traced(), expect: { lastSubjectSequence: this.#lastStreamSeq }, timeout: 5_000 });
+    } else if (this.#sequentialFor === 0 && this.#tailSent) {
       first = this.#js.publish(this.subject, data, { msgID, headers: traced(), expect: { lastMsgID: this.#tailMsgId }, timeout: 5_000 });
-      first.catch(() => undefined);
     }
+    first?.catch(() => undefined);
     this.#inFlight += 1;
     this.#tailMsgId = msgID;
+    this.#tailSent = first !== undefined;
     const done = (async () => {
       try {
         // Everything before this event settles first: acks are taken (and mirrored) in seq order.
@@ -140,12 +146,10 @@ export class SessionLogWriter {
           try {
             ack = await first;
           } catch (error) {
-            if (!(error instanceof JetStreamApiError && error.code === WRONG_LAST_MSG_ID)) {
-              if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
-            } else {
-              // Another session's message got in between: publish the next few one at a time.
-              this.#sequentialFor = 16;
-            }
+            if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
+            // Another session's message got in between: publish the next few one at a time.
+            if (error instanceof JetStreamApiError && error.code === WRONG_LAST_MSG_ID) this.#sequentialFor = 16;
+            // Anything else (a timeout, a broker restart) is sent again below; the Msg-Id keeps that idempotent.
           }
         }
         ack ??= await this.#publishAnchored(data, msgID, traced);
