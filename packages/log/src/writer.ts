@@ -1,9 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
-import { headers as newHeaders, type NatsConnection } from "@nats-io/nats-core";
-import { MAX_BUS_PAYLOAD, TackError, injectTrace, type Names } from "@tack/bus";
+import { jetstreamManager, JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { MAX_BUS_PAYLOAD, TackError, type Names } from "@tack/bus";
 import { Event } from "@tack/proto";
 import { LogConflictError } from "./errors.js";
+import { AckPublisher, PublishRefused, type StoredAck } from "./publisher.js";
 import { materialize, now, type Draft } from "./event.js";
 
 const WRONG_LAST_SEQUENCE = 10071;
@@ -31,7 +32,7 @@ export interface SessionAddress {
  */
 export class SessionLogWriter {
   readonly subject: string;
-  readonly #js: JetStreamClient;
+  readonly #publisher: AckPublisher;
   readonly #jsm: JetStreamManager;
   readonly #stream: string;
   readonly #sessionId: string;
@@ -52,8 +53,8 @@ export class SessionLogWriter {
   #sequentialFor = 0;
   #broken: TackError | undefined;
 
-  private constructor(js: JetStreamClient, jsm: JetStreamManager, stream: string, subject: string, sessionId: string, lastSeq: number, lastStreamSeq: number) {
-    this.#js = js;
+  private constructor(publisher: AckPublisher, jsm: JetStreamManager, stream: string, subject: string, sessionId: string, lastSeq: number, lastStreamSeq: number) {
+    this.#publisher = publisher;
     this.#jsm = jsm;
     this.#stream = stream;
     this.subject = subject;
@@ -75,7 +76,7 @@ export class SessionLogWriter {
       throw error;
     });
     const lastSeq = last ? Event.decode(last.data).seq : 0;
-    return new SessionLogWriter(jetstream(nc), jsm, names.logStream, subject, address.sessionId, lastSeq, last ? last.seq : 0);
+    return new SessionLogWriter(AckPublisher.of(nc), jsm, names.logStream, subject, address.sessionId, lastSeq, last ? last.seq : 0);
   }
 
   /** Resolves once every append made so far is stored (and mirrored); throws when one failed. */
@@ -116,21 +117,15 @@ export class SessionLogWriter {
     }
     this.#nextSeq += 1;
     const msgID = `${this.#sessionId}:${event.seq}:${this.#writerId}`;
-    // Fresh headers for every publish: the client writes the expectation into the object it is given.
-    const traced = () => {
-      const h = newHeaders();
-      injectTrace(h);
-      return h;
-    };
     const previous = this.#tail;
     // Sent at once when nothing is in flight (anchored on the subject's last sequence, known
     // now), or behind an event of ours that was itself sent at once (pipelined on its Msg-Id);
     // otherwise sent anchored once everything before it is acked.
-    let first: Promise<PubAck> | undefined;
+    let first: Promise<StoredAck> | undefined;
     if (this.#inFlight === 0) {
-      first = this.#js.publish(this.subject, data, { msgID, headers: traced(), expect: { lastSubjectSequence: this.#lastStreamSeq }, timeout: 5_000 });
+      first = this.#publisher.publish(this.subject, data, msgID, { lastSubjectSequence: this.#lastStreamSeq });
     } else if (this.#sequentialFor === 0 && this.#tailSent) {
-      first = this.#js.publish(this.subject, data, { msgID, headers: traced(), expect: { lastMsgID: this.#tailMsgId }, timeout: 5_000 });
+      first = this.#publisher.publish(this.subject, data, msgID, { lastMsgId: this.#tailMsgId });
     }
     first?.catch(() => undefined);
     this.#inFlight += 1;
@@ -141,18 +136,18 @@ export class SessionLogWriter {
         // Everything before this event settles first: acks are taken (and mirrored) in seq order.
         await previous;
         if (this.#broken) throw this.#broken;
-        let ack: PubAck | undefined;
+        let ack: StoredAck | undefined;
         if (first) {
           try {
             ack = await first;
           } catch (error) {
-            if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
+            if (error instanceof PublishRefused && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
             // Another session's message got in between: publish the next few one at a time.
-            if (error instanceof JetStreamApiError && error.code === WRONG_LAST_MSG_ID) this.#sequentialFor = 16;
+            if (error instanceof PublishRefused && error.code === WRONG_LAST_MSG_ID) this.#sequentialFor = 16;
             // Anything else (a timeout, a broker restart) is sent again below; the Msg-Id keeps that idempotent.
           }
         }
-        ack ??= await this.#publishAnchored(data, msgID, traced);
+        ack ??= await this.#publishAnchored(data, msgID);
         if (ack.duplicate && !(await this.#storedEquals(ack.seq, data))) throw this.#conflict();
         if (this.#sequentialFor > 0) this.#sequentialFor -= 1;
         this.#lastSeq = event.seq;
@@ -171,12 +166,16 @@ export class SessionLogWriter {
   }
 
   /** Publishes with the subject-sequence expectation, retrying transport failures (the Msg-Id keeps that idempotent). */
-  async #publishAnchored(data: Uint8Array, msgID: string, headers: () => ReturnType<typeof newHeaders>): Promise<PubAck> {
+  async #publishAnchored(data: Uint8Array, msgID: string): Promise<StoredAck> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.#js.publish(this.subject, data, { msgID, headers: headers(), expect: { lastSubjectSequence: this.#lastStreamSeq }, timeout: 5_000 });
+        return await this.#publisher.publish(this.subject, data, msgID, { lastSubjectSequence: this.#lastStreamSeq });
       } catch (error) {
-        if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
+        if (error instanceof PublishRefused && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
+        // Any other refusal (the stream is gone, say) will not change by sending it again.
+        if (error instanceof PublishRefused) {
+          throw new TackError("log.append_failed", `JetStream refused an append to ${this.subject} (error ${error.code}: ${error.message}); is the log stream there?`, { cause: error });
+        }
         // Transport trouble (broker restart, timeout): the same Msg-Id makes the retry idempotent.
         if (attempt >= 20) {
           throw new TackError("log.append_failed", `could not append to ${this.subject} after ${attempt} attempts: ${(error as Error).message}; is NATS running?`, { retryable: true, cause: error });

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Bus } from "@tack/bus";
 import { Event } from "@tack/proto";
+import { AckPublisher, PublishRefused, PublishUnanswered } from "../src/publisher.js";
 import {
   deriveRequest, draft, ensureLogStream, FORMAT_VERSION, LogConflictError, readAll, readSession, SessionLogWriter, UnknownEventTypeError,
 } from "@tack/log";
@@ -82,6 +83,23 @@ describe("session log", () => {
       expect(events.map((e) => e.payload?.$case === "userMessage" && e.payload.value.text)).toEqual(Array.from({ length: 40 }, (_, n) => `m${n}`));
       expect(mirrored[i]).toEqual(Array.from({ length: 40 }, (_, n) => n + 1));
     }
+  });
+
+  it("log - the publisher: a refused expectation is PublishRefused with JetStream's code; no stream is PublishUnanswered at once", async () => {
+    const publisher = AckPublisher.of(bus.nc);
+    const subject = bus.names.logSubject("local", "pub1");
+    const data = new Uint8Array([1, 2, 3]);
+    expect(await publisher.publish(subject, data, "pub1:1", { lastSubjectSequence: 0 })).toMatchObject({ duplicate: false });
+    expect(await publisher.publish(subject, data, "pub1:1", { lastSubjectSequence: 0 })).toMatchObject({ duplicate: true });
+    const wrongSeq = await publisher.publish(subject, data, "pub1:2", { lastSubjectSequence: 0 }).catch((e: unknown) => e);
+    expect(wrongSeq).toBeInstanceOf(PublishRefused);
+    expect((wrongSeq as PublishRefused).code).toBe(10071);
+    const wrongId = await publisher.publish(subject, data, "pub1:3", { lastMsgId: "nobody" }).catch((e: unknown) => e);
+    expect((wrongId as PublishRefused).code).toBe(10070);
+    const started = performance.now();
+    const nowhere = await publisher.publish(`${bus.names.namespace}.nostream.x`, data, "x:1", { lastSubjectSequence: 0 }).catch((e: unknown) => e);
+    expect(nowhere).toBeInstanceOf(PublishUnanswered);
+    expect(performance.now() - started).toBeLessThan(2_000);
   });
 
   it("log - a retried append with the same Nats-Msg-Id is stored once", async () => {
