@@ -120,7 +120,7 @@ export interface Launched {
   readonly dataDir: string;
   /** The services started, in start order. */
   readonly services: readonly ServiceName[];
-  /** Stops every service (SIGTERM, SIGKILL after 5 s), then the local nats-server if one was started. Idempotent. */
+  /** Stops every service (SIGTERM, SIGKILL after 5 s; a sandbox replica, which removes its containers, after 60 s), then the local nats-server if one was started. Idempotent. */
   stop(): Promise<void>;
   /**
    * Sends `signal` (default SIGKILL) to every replica of a service and resolves when they have
@@ -147,6 +147,8 @@ export interface Launched {
 }
 
 const STOP_GRACE_MS = 5_000;
+/** A sandbox replica removes its containers as it stops (TACK_SANDBOX_REMOVE_ON_STOP); a few hundred take longer than 5 s. */
+const SANDBOX_STOP_GRACE_MS = 60_000;
 const PROBE_TIMEOUT_MS = 2_000;
 const POLL_MS = 100;
 
@@ -338,9 +340,9 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     }
   };
 
-  const stopChild = async (child: Child) => {
+  const stopChild = async (child: Child, graceMs = STOP_GRACE_MS) => {
     stopping.add(child);
-    await child.stop(STOP_GRACE_MS);
+    await child.stop(graceMs);
   };
   // If the launcher's process ends without stop(), do not leave services behind.
   const onProcessExit = () => {
@@ -355,7 +357,7 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
       replica.timer = undefined;
       replica.supervised = false;
     }
-    await Promise.all(allReplicas().map((replica) => replica.child && stopChild(replica.child)));
+    await Promise.all(allReplicas().map((replica) => replica.child && stopChild(replica.child, replica.service === "sandbox" ? SANDBOX_STOP_GRACE_MS : STOP_GRACE_MS)));
     await bus.close().catch(() => undefined);
     if (nats) await stopChild(nats.child);
     process.off("exit", onProcessExit);
