@@ -121,12 +121,13 @@ export class CallSandbox implements SandboxClient {
     const keyed: ExecRequest = {
       ...request, execKey: `${this.#call.callId}#${this.#execs}`, attempt: this.#call.attempt, firstAttemptAtMs: this.#call.firstAttemptAtMs,
     };
-    const response = await this.#retrying(() => this.#inner.exec(keyed, signal));
+    // A re-send is a retry of this exec (attempt > 1): the sandbox replays it, or refuses it where it cannot know whether an earlier send ran.
+    const response = await this.#retrying((n) => this.#inner.exec(n === 1 ? keyed : { ...keyed, attempt: keyed.attempt + n - 1 }, signal));
     if (response.replayed) this.#replayed = true;
     return response;
   }
 
-  #retrying<T>(send: () => Promise<T>): Promise<T> {
+  #retrying<T>(send: (attempt: number) => Promise<T>): Promise<T> {
     return retrying(this.#policy, send, {
       signal: this.#signal,
       // A cancelled call is the tools service stopping: the loop sends it to another worker.
