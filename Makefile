@@ -32,6 +32,10 @@ test: build sandbox-image ## run every test (real NATS, real Docker)
 	@node scripts/gen.mjs --check
 	@npx vitest run
 
+.PHONY: soak
+soak: build sandbox-image ## the chaos test (test/e2e/chaos.test.ts) with 200 sessions (TACK_CHAOS_SESSIONS=N for another count)
+	@TACK_CHAOS_SESSIONS=$${TACK_CHAOS_SESSIONS:-200} npx vitest run test/e2e/chaos.test.ts
+
 lint: deps ## type-check and lint
 	@npx tsc -p tsconfig.json --noEmit
 	@npx eslint .
