@@ -131,20 +131,25 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     clearTimeout(idleTimers.get(key));
     idleTimers.delete(key);
   };
-  /** Stops serving a session and gives its lease back. */
+  /**
+   * Stops serving a session and gives its lease back, unless the runtime gave the session up (lost
+   * lease, broken writer): that lease is left to expire, so that a replica's scan takes the session
+   * over and resumes a turn it may have been in. Deleted, no scan would ever see it again.
+   */
   const release = (runtime: SessionRuntime) => {
     const key = Leases.key(runtime.tenant, runtime.sessionId);
     const entry = owned.get(key);
     if (!entry || entry.runtime !== runtime || runtime.working) return;
+    const gaveUp = runtime.lost;
     unschedule(key);
     owned.delete(key);
     for (const subscription of entry.subscriptions) subscription.unsubscribe();
     runtime.dispose();
-    void leases.release(runtime.lease);
+    if (!gaveUp) void leases.release(runtime.lease);
   };
   /**
    * Called when a session has nothing running: it stays warm (lease renewed, projection kept)
-   * for `idleReleaseMs`, then is released. A lost lease or an empty session is released at once.
+   * for `idleReleaseMs`, then is released. A lost lease or an empty session is released at once (a lost one left to expire).
    */
   const forget = (runtime: SessionRuntime) => {
     const key = Leases.key(runtime.tenant, runtime.sessionId);
@@ -392,7 +397,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
   const scan = async () => {
     for (const state of await leases.all()) {
       if (stopped) return;
-      if (state.owner === owner || state.expiresAt > Date.now() || owned.has(state.key)) continue;
+      // An expired lease of our own that no runtime here holds is one this process gave up (lost lease, broken writer): taken over like any other.
+      if (state.expiresAt > Date.now() || owned.has(state.key)) continue;
       const dot = state.key.indexOf(".");
       const runtime = await acquire(state.key.slice(0, dot), state.key.slice(dot + 1), 0).catch(() => undefined);
       if (runtime) forget(runtime);
