@@ -19,7 +19,7 @@ export const HEARTBEAT_HEADER = "tack-heartbeat-ms";
 export const ALIVE_HEADER = "tack-alive";
 /** How often a handler sends heartbeats when asked, and how long a caller waits in silence before it calls the worker lost. */
 export const HEARTBEAT_MS = 1_000;
-export const DEFAULT_SILENCE_MS = 3_000;
+export const DEFAULT_SILENCE_MS = 5_000;
 /** Payloads above this size never go on the bus (NATS' default limit is 1 MiB). */
 export const MAX_BUS_PAYLOAD = 900 * 1024;
 

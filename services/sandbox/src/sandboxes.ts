@@ -320,7 +320,11 @@ export class Sandboxes {
       const slotRoots = new Set<string>();
       for (const info of containers) {
         const named = parseContainerName(this.#options.namespace, info.Names[0] ?? "");
-        if (named) await this.#placements.delete(named.sessionId, named.mode, info.Id);
+        if (named) {
+          await this.#placements.delete(named.sessionId, named.mode, info.Id);
+          // Whatever ran in it is unknown here: the session's next container must not trust unseen exec keys.
+          this.#disrupted.add(key(named.sessionId, named.mode));
+        }
         await this.#removeWithSlot(info);
         const slot = info.Labels[LABELS.pool];
         if (slot) slotRoots.add(dirname(dirname(slot)));

@@ -98,6 +98,8 @@ export class CallSandbox implements SandboxClient {
   readonly #policy: RetryPolicy;
   readonly #signal: AbortSignal;
   #execs = 0;
+  /** The call's ensure, repeated when its container turns out gone. */
+  #ensured: EnsureSandboxRequest | undefined;
   #replayed = false;
 
   constructor(inner: SandboxClient, call: CallIdentity, policy: RetryPolicy, signal: AbortSignal) {
@@ -113,6 +115,7 @@ export class CallSandbox implements SandboxClient {
   }
 
   ensure(request: EnsureSandboxRequest): Promise<void> {
+    this.#ensured = request;
     return this.#retrying(() => this.#inner.ensure(request));
   }
 
@@ -122,16 +125,26 @@ export class CallSandbox implements SandboxClient {
       ...request, execKey: `${this.#call.callId}#${this.#execs}`, attempt: this.#call.attempt, firstAttemptAtMs: this.#call.firstAttemptAtMs,
     };
     // A re-send is a retry of this exec (attempt > 1): the sandbox replays it, or refuses it where it cannot know whether an earlier send ran.
-    const response = await this.#retrying((n) => this.#inner.exec(n === 1 ? keyed : { ...keyed, attempt: keyed.attempt + n - 1 }, signal));
+    let lost = false;
+    const response = await this.#retrying(async (n) => {
+      // The container went with a dead sandbox replica: ensure it again (a survivor takes it over) before the re-send.
+      if (lost && this.#ensured) await this.#inner.ensure(this.#ensured);
+      try {
+        return await this.#inner.exec(n === 1 ? keyed : { ...keyed, attempt: keyed.attempt + n - 1 }, signal);
+      } catch (error) {
+        lost = error instanceof TackError && error.code === "sandbox.not_found" && this.#ensured !== undefined;
+        throw error;
+      }
+    }, (error) => error.code === "sandbox.not_found" && this.#ensured !== undefined);
     if (response.replayed) this.#replayed = true;
     return response;
   }
 
-  #retrying<T>(send: (attempt: number) => Promise<T>): Promise<T> {
+  #retrying<T>(send: (attempt: number) => Promise<T>, alsoRetry: (error: TackError) => boolean = () => false): Promise<T> {
     return retrying(this.#policy, send, {
       signal: this.#signal,
       // A cancelled call is the tools service stopping: the loop sends it to another worker.
-      retryable: (error) => error.retryable && error.code !== "tools.cancelled",
+      retryable: (error) => (error.retryable || alsoRetry(error)) && error.code !== "tools.cancelled",
       onRetry: ({ attempt, error, delayMs }) => {
         this.retries.push({ attempt, code: error.code, message: error.message, delayMs });
       },
