@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { jetstreamManager, JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
-import { MAX_BUS_PAYLOAD, TackError, type Names } from "@tack/bus";
+import { MAX_BUS_PAYLOAD, retrying, retryPolicy, TackError, type Names } from "@tack/bus";
 import { Event } from "@tack/proto";
 import { LogConflictError } from "./errors.js";
 import { AckPublisher, PublishRefused, type StoredAck } from "./publisher.js";
@@ -9,6 +9,8 @@ import { materialize, now, type Draft } from "./event.js";
 
 const WRONG_LAST_SEQUENCE = 10071;
 const WRONG_LAST_MSG_ID = 10070;
+/** About 30 s of attempts: a broker restart is waited out, a broker that stays away fails the append. */
+const ANCHORED_RETRY = retryPolicy({ maxAttempts: 20, baseDelayMs: 250, maxDelayMs: 2_000 });
 
 /** Where a session's log lives. */
 export interface SessionAddress {
@@ -167,21 +169,18 @@ export class SessionLogWriter {
 
   /** Publishes with the subject-sequence expectation, retrying transport failures (the Msg-Id keeps that idempotent). */
   async #publishAnchored(data: Uint8Array, msgID: string): Promise<StoredAck> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.#publisher.publish(this.subject, data, msgID, { lastSubjectSequence: this.#lastStreamSeq });
-      } catch (error) {
-        if (error instanceof PublishRefused && error.code === WRONG_LAST_SEQUENCE) throw this.#conflict(error);
-        // Any other refusal (the stream is gone, say) will not change by sending it again.
-        if (error instanceof PublishRefused) {
-          throw new TackError("log.append_failed", `JetStream refused an append to ${this.subject} (error ${error.code}: ${error.message}); is the log stream there?`, { cause: error });
-        }
-        // Transport trouble (broker restart, timeout): the same Msg-Id makes the retry idempotent.
-        if (attempt >= 20) {
-          throw new TackError("log.append_failed", `could not append to ${this.subject} after ${attempt} attempts: ${(error as Error).message}; is NATS running?`, { retryable: true, cause: error });
-        }
-        await new Promise((r) => setTimeout(r, Math.min(250 * attempt, 2_000)));
+    try {
+      return await retrying(ANCHORED_RETRY, () => this.#publisher.publish(this.subject, data, msgID, { lastSubjectSequence: this.#lastStreamSeq }), {
+        // Transport trouble (broker restart, timeout) is retried; a refusal will not change by sending it again.
+        retryable: (error) => !(error.cause instanceof PublishRefused),
+      });
+    } catch (error) {
+      const cause = (error as TackError).cause;
+      if (cause instanceof PublishRefused && cause.code === WRONG_LAST_SEQUENCE) throw this.#conflict(cause);
+      if (cause instanceof PublishRefused) {
+        throw new TackError("log.append_failed", `JetStream refused an append to ${this.subject} (error ${cause.code}: ${cause.message}); is the log stream there?`, { cause });
       }
+      throw new TackError("log.append_failed", `could not append to ${this.subject} after ${ANCHORED_RETRY.maxAttempts} attempts: ${(error as Error).message}; is NATS running?`, { retryable: true, cause: error });
     }
   }
 
