@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor as waitForValue } from "@tack/testkit";
 import { Bus, serveStream, TackError } from "@tack/bus";
 import { ensureLogStream, readAll, timestampMs } from "@tack/log";
 import {
@@ -89,14 +89,11 @@ async function decide(sessionId: string, callId: string, decision: string): Prom
   }
 }
 
-async function waitFor(sessionId: string, done: (events: Event[]) => boolean, timeoutMs = 15_000): Promise<Event[]> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+function waitFor(sessionId: string, done: (events: Event[]) => boolean, timeoutMs = 15_000): Promise<Event[]> {
+  return waitForValue(`the log of ${sessionId} to reach the expected state`, async () => {
     const events = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
-    if (done(events)) return events;
-    if (Date.now() > deadline) throw new Error(`timed out; log so far: ${events.map((e) => e.type).join(", ")}`);
-    await new Promise((r) => setTimeout(r, 30));
-  }
+    return done(events) && events;
+  }, { timeoutMs, intervalMs: 30 });
 }
 
 const has = (type: string, count = 1) => (events: Event[]) => events.filter((e) => e.type === type).length >= count;

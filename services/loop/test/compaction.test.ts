@@ -16,6 +16,7 @@ import { startLoopService, SUMMARY_HEADING, SUMMARY_INSTRUCTION, type LoopOption
 import { startToolsService, type ToolsService } from "@tack/tools-service";
 import type { Logger } from "@tack/telemetry";
 import { Compactor, type CompactionSettings } from "../src/compaction.js";
+import { waitFor } from "@tack/testkit";
 
 // Compaction through the real loop, the real tools service and real NATS (log stream and spill
 // object store). Scripted on the bus: the model, and the sandbox, whose `emit <bytes> <label>`
@@ -89,12 +90,11 @@ async function runTurn(options: Partial<LoopOptions>, text: string): Promise<{ s
   loop = await startLoopService({ natsUrl: NATS_URL, namespace, ...options });
   const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace }), CreateSessionResponse);
   await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
-  for (let i = 0; i < 400; i++) {
-    const events = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
-    if (events.some((e) => e.type === "turn/end")) return { sessionId, events };
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error("the turn did not end");
+  const events = await waitFor("turn/end", async () => {
+    const all = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
+    return all.some((e) => e.type === "turn/end") && all;
+  }, { timeoutMs: 20_000, intervalMs: 50 });
+  return { sessionId, events };
 }
 
 const messagesJson = (r: { messages: readonly ChatMessage[] }) => JSON.stringify(r.messages.map((m) => ChatMessage.toJSON(m)));

@@ -5,7 +5,7 @@ import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 import { Bus, serveStream, TackError } from "@tack/bus";
 import { ensureLogStream, readAll, SpillBucket } from "@tack/log";
 import {
@@ -79,11 +79,8 @@ async function submit(sessionId: string): Promise<void> {
 }
 
 async function waitForLog(sessionId: string, type: string): Promise<void> {
-  const deadline = Date.now() + 15_000;
-  while (!(await readAll(bus.nc, bus.names, { tenant: TENANT, sessionId })).some((e) => e.type === type)) {
-    if (Date.now() > deadline) throw new Error(`no ${type} in the log of ${sessionId}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await waitFor(`${type} in the log of ${sessionId}`, async () =>
+    (await readAll(bus.nc, bus.names, { tenant: TENANT, sessionId })).some((e) => e.type === type), { timeoutMs: 15_000, intervalMs: 50 });
 }
 
 function deleteSession(sessionId: string, subject = bus.names.loopDelete): Promise<DeleteSessionResponse> {

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeNamespace } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 import { Bus, serveStream } from "@tack/bus";
 import { readAll } from "@tack/log";
 import {
@@ -53,9 +53,7 @@ describe("prefix stability", () => {
     const workspace = mkdtempSync(join(tmpdir(), "tack-prefix-"));
     const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace }), CreateSessionResponse);
     await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "read every file" }, SubmitMessageResponse);
-    for (let i = 0; i < 300 && !(await readAll(bus.nc, bus.names, { tenant: "local", sessionId })).some((e) => e.type === "turn/end"); i++) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitFor("turn/end", async () => (await readAll(bus.nc, bus.names, { tenant: "local", sessionId })).some((e) => e.type === "turn/end"), { timeoutMs: 15_000, intervalMs: 50 });
     expect(requests).toHaveLength(STEPS);
     // The messages as a provider receives them: one JSON array, serialized the same way each time.
     const serialized = requests.map((r) => JSON.stringify(r.messages.map((m) => ChatMessage.toJSON(m))));
