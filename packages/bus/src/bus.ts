@@ -174,13 +174,13 @@ export class Bus {
       }, silenceMs);
     };
     try {
-      h.set(HEARTBEAT_HEADER, String(Math.max(100, Math.min(HEARTBEAT_MS, Math.floor(silenceMs / 3)))));
+      askForHeartbeats(h, silenceMs);
       this.nc.publish(subject, payload, { reply: inbox, headers: h });
       quiet();
       let heard = false;
       for await (const msg of sub) {
         quiet();
-        if (msg.headers?.code === 503) throw requestFailure(subject, Object.assign(new Error("no responders"), { isNoResponders: () => true }), timeoutMs);
+        if (msg.headers?.code === 503) throw noResponders(subject);
         if (msg.headers?.get(ALIVE_HEADER)) {
           heard = true;
           continue;
@@ -188,11 +188,7 @@ export class Bus {
         if (msg.headers?.get(ERROR_HEADER)) throw TackError.fromBusError(BusError.decode(msg.data));
         return msg;
       }
-      if (outcome === "silence") {
-        throw new TackError("bus.worker_lost", heard
-          ? `the service handling ${subject} stopped answering (no heartbeat for ${silenceMs} ms): its process died or lost its connection`
-          : `no service took the request on ${subject} within ${silenceMs} ms (none answered, not even a heartbeat)`, { retryable: true, details: { subject } });
-      }
+      if (outcome === "silence") throw workerLost(subject, silenceMs, heard);
       throw new TackError("bus.timeout", `no reply on ${subject} within ${timeoutMs} ms`, { retryable: true, details: { subject } });
     } finally {
       clearTimeout(silence);
@@ -259,6 +255,23 @@ export class Bus {
   }
 }
 
+/** Asks the handler of a request for heartbeats often enough that `silenceMs` covers a few of them. */
+export function askForHeartbeats(h: MsgHdrs, silenceMs: number): void {
+  h.set(HEARTBEAT_HEADER, String(Math.max(100, Math.min(HEARTBEAT_MS, Math.floor(silenceMs / 3)))));
+}
+
+/** The error of a request nobody subscribed to. */
+export function noResponders(subject: string, cause?: unknown): TackError {
+  return new TackError("bus.no_responders", `no service answers on ${subject}; is it running? (start Tack with \`tack up\`)`, { retryable: true, details: { subject }, cause });
+}
+
+/** The error of a handler silent for `silenceMs` (`heard`: it had sent heartbeats before). */
+export function workerLost(subject: string, silenceMs: number, heard: boolean): TackError {
+  return new TackError("bus.worker_lost", heard
+    ? `the service handling ${subject} stopped answering (no heartbeat for ${silenceMs} ms): its process died or lost its connection`
+    : `no service took the request on ${subject} within ${silenceMs} ms (none answered, not even a heartbeat)`, { retryable: true, details: { subject } });
+}
+
 /**
  * Starts the heartbeats a request asked for (`HEARTBEAT_HEADER`) on its reply subject; returns
  * the function that stops them (call it before the reply is published). A no-op otherwise.
@@ -317,9 +330,7 @@ function requestFailure(subject: string, error: unknown, timeoutMs: number): Tac
     });
   }
   if (e.isNoResponders?.() || name === "NoRespondersError" || (e.cause as Error | undefined)?.constructor?.name === "NoRespondersError") {
-    return new TackError("bus.no_responders", `no service answers on ${subject}; is it running? (start Tack with \`tack up\`)`, {
-      retryable: true, details: { subject }, cause: error,
-    });
+    return noResponders(subject, error);
   }
   if (name === "TimeoutError" || (e.cause as Error | undefined)?.constructor?.name === "TimeoutError") {
     return new TackError("bus.timeout", `no reply on ${subject} within ${timeoutMs} ms`, { retryable: true, details: { subject }, cause: error });

@@ -2,7 +2,7 @@ import { createInbox, headers as newHeaders, type Msg } from "@nats-io/nats-core
 import { SpanKind } from "@opentelemetry/api";
 import { BusError } from "@tack/proto";
 import type { Bus, Codec } from "./bus.js";
-import { ALIVE_HEADER, ERROR_HEADER, HEARTBEAT_HEADER, HEARTBEAT_MS, heartbeat, MAX_BUS_PAYLOAD } from "./bus.js";
+import { ALIVE_HEADER, askForHeartbeats, ERROR_HEADER, heartbeat, MAX_BUS_PAYLOAD, noResponders, workerLost } from "./bus.js";
 import { TackError } from "./errors.js";
 import { extractTrace, injectTrace, inSpan } from "./trace.js";
 
@@ -59,7 +59,7 @@ export async function requestStream<Req, Res>(
     try {
       const h = newHeaders();
       injectTrace(h);
-      if (silenceMs !== undefined) h.set(HEARTBEAT_HEADER, String(Math.max(100, Math.min(HEARTBEAT_MS, Math.floor(silenceMs / 3)))));
+      if (silenceMs !== undefined) askForHeartbeats(h, silenceMs);
       bus.nc.publish(subject, payload, { reply: inbox, headers: h });
       idle();
       alive();
@@ -72,7 +72,7 @@ export async function requestStream<Req, Res>(
         idle();
         if (msg.headers?.code === 503) {
           timedOut = false;
-          throw new TackError("bus.no_responders", `no service answers on ${subject}; is it running? (start Tack with \`tack up\`)`, { retryable: true, details: { subject } });
+          throw noResponders(subject);
         }
         if (msg.headers?.get(ERROR_HEADER)) {
           timedOut = false;
@@ -85,11 +85,7 @@ export async function requestStream<Req, Res>(
           break;
         }
       }
-      if (timedOut && silent) {
-        throw new TackError("bus.worker_lost", heard
-          ? `the service streaming ${subject} stopped answering (no heartbeat for ${silenceMs} ms): its process died or lost its connection`
-          : `no service took the request on ${subject} within ${silenceMs} ms (none answered, not even a heartbeat)`, { retryable: true, details: { subject } });
-      }
+      if (timedOut && silent) throw workerLost(subject, silenceMs!, heard);
       if (timedOut) throw new TackError("bus.timeout", `no reply on ${subject} for ${idleTimeoutMs} ms`, { retryable: true, details: { subject } });
     } finally {
       clearTimeout(timer);

@@ -26,8 +26,8 @@ const ENSURED_FOR_MS = 30_000;
  * SandboxClient over the bus: the sandbox service's `sandbox.ensure` and `sandbox.exec`. An
  * ensure answered for exactly the same session, tenant, workspace and mode within the last
  * 30 s is not asked again (it saves a round trip on every call of a busy session); an exec
- * that finds the container gone (`sandbox.not_found`) forgets that, ensures again and is sent
- * once more.
+ * that finds the container gone (`sandbox.not_found`) forgets that, so the call's retry
+ * (`CallSandbox`) ensures it again.
  */
 export class BusSandboxClient implements SandboxClient {
   readonly #bus: Bus;
@@ -50,24 +50,17 @@ export class BusSandboxClient implements SandboxClient {
   }
 
   async exec(request: ExecRequest, signal: AbortSignal): Promise<ExecResponse> {
-    try {
-      return await this.#exec(request, signal);
-    } catch (error) {
-      const known = this.#ensured.get(`${request.sessionId} ${request.mode}`);
-      if (!(error instanceof TackError && error.code === "sandbox.not_found") || !known) throw error;
-      // The container went away since it was ensured (reaped as idle, say): start it again.
-      this.#ensured.delete(`${request.sessionId} ${request.mode}`);
-      await this.ensure(known.request);
-      return this.#exec(request, signal);
-    }
-  }
-
-  #exec(request: ExecRequest, signal: AbortSignal): Promise<ExecResponse> {
     if (signal.aborted) throw cancelledError();
     const timeoutMs = (request.timeoutMs || UNSPECIFIED_EXEC_TIMEOUT_MS) + EXEC_MARGIN_MS;
-    // The exec contract has no cancel message: on abort we stop waiting, and the command
-    // runs on in the container until its own timeout.
-    return abortable(this.#bus.request(this.#bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS }), signal);
+    try {
+      // The exec contract has no cancel message: on abort we stop waiting, and the command
+      // runs on in the container until its own timeout.
+      return await abortable(this.#bus.request(this.#bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS }), signal);
+    } catch (error) {
+      // The container went away since it was ensured (reaped, or gone with a dead replica): the next ensure asks again.
+      if (error instanceof TackError && error.code === "sandbox.not_found") this.#ensured.delete(`${request.sessionId} ${request.mode}`);
+      throw error;
+    }
   }
 }
 
