@@ -72,6 +72,8 @@ describe("sandbox placement across replicas", () => {
     const watchListings = h.bus.nc.subscribe(replicaSubject(namespace, "a", "processes"), { callback: () => void (listingsForwarded += 1) });
     await h.bus.nc.flush();
     await h.exec("s1", ["bash", "-c", "sleep 61 >/dev/null 2>&1 &"]);
+    // bash returns once it has forked: the child may not have exec'd sleep yet.
+    await waitFor("the background sleep to be listed", async () => (await h.processes("s1")).processes.some((p) => p.command === "sleep 61"));
     const listings = await Promise.all(Array.from({ length: 12 }, () => h.processes("s1")));
     watchListings.unsubscribe();
     for (const listing of listings) expect(listing.processes.map((p) => p.command)).toContain("sleep 61");
