@@ -6,9 +6,17 @@ set -euo pipefail
 
 IMAGE="${TACK_SANDBOX_IMAGE:-tack-sandbox:bookworm}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-PACKAGES="bash,coreutils,findutils,grep,sed,gawk,git,ripgrep,python3,procps,ca-certificates,tar,gzip,less,diffutils,patch"
+PACKAGES="bash,coreutils,findutils,grep,sed,gawk,git,ripgrep,python3,procps,ca-certificates,tar,gzip,less,diffutils,patch,nodejs"
 here="$(cd "$(dirname "$0")" && pwd)"
-recipe_hash="$(sha256sum "$here/build-sandbox-image.sh" | cut -c1-16)"
+# Language servers for the lsp tool (services/tools/src/lsp), copied from this checkout's node_modules:
+# the sandbox has no network to install them. Their versions are part of the recipe.
+LSP_PACKAGES="typescript-language-server typescript"
+LSP_DIR=/usr/local/lib/tack-lsp
+modules="$here/../node_modules"
+for package in $LSP_PACKAGES; do
+  [ -f "$modules/$package/package.json" ] || { printf 'sandbox-image: %s is missing from node_modules; run make deps first\n' "$package" >&2; exit 1; }
+done
+recipe_hash="$(cat "$here/build-sandbox-image.sh" $(for package in $LSP_PACKAGES; do echo "$modules/$package/package.json"; done) | sha256sum | cut -c1-16)"
 
 say() { printf 'sandbox-image: %s\n' "$*"; }
 
@@ -47,6 +55,10 @@ chroot "$work/rootfs" /usr/sbin/groupadd -g 1000 tack
 chroot "$work/rootfs" /usr/sbin/useradd -u 1000 -g 1000 -m -d /home/tack -s /bin/bash tack
 mkdir -p "$work/rootfs/workspace"
 chown 1000:1000 "$work/rootfs/workspace"
+say "copying the language servers ($LSP_PACKAGES) to $LSP_DIR"
+mkdir -p "$work/rootfs$LSP_DIR/node_modules"
+for package in $LSP_PACKAGES; do cp -rL "$modules/$package" "$work/rootfs$LSP_DIR/node_modules/"; done
+chown -R 0:0 "$work/rootfs$LSP_DIR" && chmod -R a+rX,go-w "$work/rootfs$LSP_DIR"
 # Drop caches and docs that only make the image bigger.
 rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb "$work/rootfs/var/lib/apt/lists/"* \
   "$work/rootfs/usr/share/doc" "$work/rootfs/usr/share/man" "$work/rootfs/usr/share/locale"
