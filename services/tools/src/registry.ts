@@ -1,10 +1,11 @@
 import { trace } from "@opentelemetry/api";
 import { inSpan, TackError, type RetryPolicy } from "@tack/bus";
-import type { CallToolRequest, CallToolResponse, ToolSpec } from "@tack/proto";
+import type { CallToolRequest, CallToolResponse, InnerCall, ToolSpec } from "@tack/proto";
 import { z } from "zod";
 import { parseSandboxMode } from "./permissions.js";
+import { runCodeTool } from "./modes/code.js";
 import { CallSandbox, sandboxRetryPolicy, type SandboxClient } from "./sandbox.js";
-import { ToolError, type SpillReader, type Tool } from "./tool.js";
+import { ToolError, type SpillReader, type Tool, type ToolContext } from "./tool.js";
 import { bash } from "./tools/bash.js";
 import { edit } from "./tools/edit.js";
 import { glob } from "./tools/glob.js";
@@ -25,19 +26,25 @@ export const MAX_RESULT_BYTES = 800_000;
  */
 const MODES: Readonly<Record<string, readonly Tool[]>> = {
   standard: [read, write, edit, glob, grep, bash],
+  // One tool: a program that calls the standard tools (the whole list, appended ones included).
+  code: [runCodeTool(() => MODES.standard!)],
 };
 
 const TOOLS = new Map<string, Tool>(Object.values(MODES).flat().map((tool) => [tool.name, tool]));
 
 /** The tools of `mode` as the model sees them; throws TackError `tools.unknown_mode` for a mode that does not exist. */
 export function listTools(mode: string): ToolSpec[] {
+  return modeTools(mode).map(toolSpec);
+}
+
+function modeTools(mode: string): readonly Tool[] {
   const tools = MODES[mode];
   if (!tools) {
     throw new TackError("tools.unknown_mode", `unknown tools mode ${JSON.stringify(mode)}; known modes: ${Object.keys(MODES).join(", ")}`, {
       details: { mode },
     });
   }
-  return tools.map(toolSpec);
+  return tools;
 }
 
 /** What `callTool` needs besides the request. */
@@ -54,34 +61,70 @@ export interface CallToolContext {
 /**
  * Runs one tool call: finds the tool, validates the arguments, makes sure the session's
  * sandbox of the call's mode exists, executes inside span `tool.<name>` and caps the result.
- * Invalid arguments, tool failures and calls asking for a mode they were not given are results
- * with `isError`; an unknown tool (`tools.unknown_tool`), an unknown mode
- * (`tools.bad_sandbox_mode`) or a sandbox that cannot be reached is thrown, since the model
- * cannot fix any of them.
+ * Invalid arguments, tool failures, calls asking for a mode they were not given and calls of a
+ * tool of another session mode (`session_mode`, empty for standard) are results with `isError`;
+ * an unknown tool (`tools.unknown_tool`), an unknown mode (`tools.bad_sandbox_mode`,
+ * `tools.unknown_mode`) or a sandbox that cannot be reached is thrown, since the model cannot
+ * fix any of them. The tool calls a run_code program makes run through here too, as calls of
+ * the standard mode with ids `<call id>.<n>`, and come back in `innerCalls`.
  */
 export async function callTool(request: CallToolRequest, context: CallToolContext): Promise<CallToolResponse> {
   const started = performance.now();
-  const sandbox = new CallSandbox(context.sandbox, {
-    callId: request.callId, attempt: request.attempt || 1, firstAttemptAtMs: Number(request.firstAttemptAtMs) || Date.now(),
-  }, context.retry ?? sandboxRetryPolicy(), context.signal);
-  context = { ...context, sandbox };
-  const tool = TOOLS.get(request.name);
+  const sessionMode = request.sessionMode || "standard";
+  const tool = modeTools(sessionMode).find((t) => t.name === request.name);
+  if (!tool && TOOLS.has(request.name)) {
+    const content = sessionMode === "code"
+      ? `Not run: in code mode ${request.name} is called from a run_code program, e.g. run_code with code: console.log(await tools.${request.name}(${request.arguments || "{}"}))`
+      : `Not run: ${request.name} is not a tool of mode ${sessionMode}; its tools are ${modeTools(sessionMode).map((t) => t.name).join(", ")}`;
+    return { content, isError: true, durationMs: performance.now() - started, retries: [], replayed: false, innerCalls: [], defined: undefined };
+  }
   if (!tool) {
-    const available = [...TOOLS.keys()].join(", ");
+    const available = modeTools(sessionMode).map((t) => t.name).join(", ");
     throw new TackError("tools.unknown_tool", `unknown tool ${JSON.stringify(request.name)}; available tools: ${available}`, {
       details: { tool: request.name, available },
     });
   }
+  const outer = context;
+  const sandbox = new CallSandbox(context.sandbox, {
+    callId: request.callId, attempt: request.attempt || 1, firstAttemptAtMs: Number(request.firstAttemptAtMs) || Date.now(),
+  }, context.retry ?? sandboxRetryPolicy(), context.signal);
+  context = { ...context, sandbox };
+  const innerCalls: InnerCall[] = [];
+  let innerReplayed = false;
+  const callInner = async (name: string, args: string) => {
+    // The slot is taken when the call is made, so the calls are listed in the order the program made them.
+    const n = innerCalls.push({ name, arguments: args, content: "", isError: true, durationMs: 0 });
+    const innerStarted = performance.now();
+    let content: string;
+    let isError: boolean;
+    try {
+      // Its own id, so that its execs are keyed apart from every other call's (a retried program replays them).
+      const inner = await callTool({ ...request, callId: `${request.callId}.${n}`, name, arguments: args, sessionMode: "standard", defined: undefined }, outer);
+      sandbox.retries.push(...inner.retries);
+      innerReplayed ||= inner.replayed;
+      ({ content, isError } = inner);
+    } catch (error) {
+      content = `${name} could not run: ${(error as Error).message}`;
+      isError = true;
+    }
+    innerCalls[n - 1] = { name, arguments: args, content, isError, durationMs: performance.now() - innerStarted };
+    return { content, isError };
+  };
   const attributes = { "tool.name": tool.name, "tool.call_id": request.callId, "session.id": request.sessionId };
   const { content, isError } = await inSpan(`tool.${tool.name}`, attributes, async () => {
-    const outcome = await runTool(tool, request, context);
+    const outcome = await runTool(tool, request, context, callInner);
     trace.getActiveSpan()?.setAttribute("tool.is_error", outcome.isError);
     return outcome;
   });
-  return { content: capResult(content), isError, durationMs: performance.now() - started, retries: sandbox.retries, replayed: sandbox.replayed };
+  return {
+    content: capResult(content), isError, durationMs: performance.now() - started, retries: sandbox.retries,
+    replayed: sandbox.replayed || innerReplayed, innerCalls, defined: undefined,
+  };
 }
 
-async function runTool(tool: Tool, request: CallToolRequest, context: CallToolContext): Promise<{ content: string; isError: boolean }> {
+async function runTool(
+  tool: Tool, request: CallToolRequest, context: CallToolContext, callInner: ToolContext["callInner"],
+): Promise<{ content: string; isError: boolean }> {
   const mode = parseSandboxMode(request.sandboxMode);
   let json: unknown;
   try {
@@ -105,7 +148,7 @@ async function runTool(tool: Tool, request: CallToolRequest, context: CallToolCo
     const address = { tenant: request.tenant, sessionId: request.sessionId };
     const content = await tool.execute(parsed.data, {
       sessionId: request.sessionId, callId: request.callId, signal: context.signal, sandbox: context.sandbox, mode,
-      spilled: (callId) => context.spills.get(address, callId),
+      spilled: (callId) => context.spills.get(address, callId), callInner,
     });
     return { content, isError: false };
   } catch (error) {

@@ -16,6 +16,8 @@ export interface ToolContext {
   readonly mode: SandboxMode;
   /** The whole result of call `callId` of this same session that the loop spilled to the object store; undefined when there is none. */
   spilled(callId: string): Promise<Uint8Array | undefined>;
+  /** Runs a standard-mode tool as part of this call (the normal callTool path, same session and sandbox mode); what run_code programs call. */
+  callInner?(name: string, args: string): Promise<{ content: string; isError: boolean }>;
 }
 
 /** Where the tools service finds results the loop spilled (in production the log's `SpillBucket`). */

@@ -15,6 +15,11 @@ export const protobufFileName = "tack/tools/v1/tools.proto";
 /** ListToolsRequest asks for the tools of a mode, as the model sees them (`<ns>.tools.list`). */
 export interface ListToolsRequest {
   mode: string;
+  /**
+   * Tools the session defined with define_tool (creator mode); listed after the mode's own. Optional so that senders
+   * that predate it (the encoder skips an absent field) keep working.
+   */
+  defined?: DefinedTools | undefined;
 }
 
 export interface ListToolsResponse {
@@ -37,6 +42,12 @@ export interface CallToolRequest {
   attempt: number;
   /** When the loop first dispatched this call (ms since the epoch); lets the sandbox tell "never reached me" from "fate unknown". */
   firstAttemptAtMs: number;
+  /** The session's mode (standard, code, minimal, creator); empty means standard. A call to a tool the mode does not offer is refused. */
+  sessionMode?:
+    | string
+    | undefined;
+  /** Tools the session defined with define_tool, as on ListToolsRequest; a call may name one of them. */
+  defined?: DefinedTools | undefined;
 }
 
 /** CallToolResponse is a normal result, including tool failures the model should read. */
@@ -48,6 +59,36 @@ export interface CallToolResponse {
   retries: HopRetry[];
   /** True when the sandbox answered an exec from its record of an earlier attempt instead of running it again. */
   replayed: boolean;
+  /** The tool calls a run_code program made (code mode), in the order they were made; the loop logs each. */
+  innerCalls: InnerCall[];
+  /** Set when this call was a successful define_tool: the loop logs it (tool/defined) and sends it back with every later list and call. */
+  defined: DefinedTool | undefined;
+}
+
+/** InnerCall is one call a run_code program made to another tool, with its result. */
+export interface InnerCall {
+  name: string;
+  /** Arguments as the program passed them (JSON text). */
+  arguments: string;
+  content: string;
+  isError: boolean;
+  durationMs: number;
+}
+
+/** DefinedTools are the tools a session defined, in the order it defined them. */
+export interface DefinedTools {
+  tools: DefinedTool[];
+}
+
+/** DefinedTool is a tool the model defined with define_tool: a script run in the session's sandbox with the JSON arguments on stdin. */
+export interface DefinedTool {
+  name: string;
+  description: string;
+  /** JSON Schema of the arguments (an object schema). */
+  parametersJson: string;
+  /** "bash" or "python3". */
+  language: string;
+  code: string;
 }
 
 /** HopRetry is one retried request of a tool call to the sandbox service. */
@@ -59,13 +100,16 @@ export interface HopRetry {
 }
 
 function createBaseListToolsRequest(): ListToolsRequest {
-  return { mode: "" };
+  return { mode: "", defined: undefined };
 }
 
 export const ListToolsRequest: MessageFns<ListToolsRequest> = {
   encode(message: ListToolsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.mode !== "") {
       writer.uint32(10).string(message.mode);
+    }
+    if (message.defined !== undefined) {
+      DefinedTools.encode(message.defined, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -91,6 +135,14 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
             message.mode = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.defined = DefinedTools.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -104,13 +156,19 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
   },
 
   fromJSON(object: any): ListToolsRequest {
-    return { mode: isSet(object.mode) ? globalThis.String(object.mode) : "" };
+    return {
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      defined: isSet(object.defined) ? DefinedTools.fromJSON(object.defined) : undefined,
+    };
   },
 
   toJSON(message: ListToolsRequest): unknown {
     const obj: any = {};
     if (message.mode !== "") {
       obj.mode = message.mode;
+    }
+    if (message.defined !== undefined) {
+      obj.defined = DefinedTools.toJSON(message.defined);
     }
     return obj;
   },
@@ -121,6 +179,9 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
   fromPartial<I extends Exact<DeepPartial<ListToolsRequest>, I>>(object: I): ListToolsRequest {
     const message = createBaseListToolsRequest();
     message.mode = object.mode ?? "";
+    message.defined = (object.defined !== undefined && object.defined !== null)
+      ? DefinedTools.fromPartial(object.defined)
+      : undefined;
     return message;
   },
 };
@@ -203,6 +264,8 @@ function createBaseCallToolRequest(): CallToolRequest {
     sandboxMode: "",
     attempt: 0,
     firstAttemptAtMs: 0,
+    sessionMode: undefined,
+    defined: undefined,
   };
 }
 
@@ -234,6 +297,12 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
     }
     if (message.firstAttemptAtMs !== 0) {
       writer.uint32(72).uint64(message.firstAttemptAtMs);
+    }
+    if (message.sessionMode !== undefined) {
+      writer.uint32(82).string(message.sessionMode);
+    }
+    if (message.defined !== undefined) {
+      DefinedTools.encode(message.defined, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -323,6 +392,22 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
             message.firstAttemptAtMs = longToNumber(reader.uint64());
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.sessionMode = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.defined = DefinedTools.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -362,6 +447,12 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
         : isSet(object.first_attempt_at_ms)
         ? globalThis.Number(object.first_attempt_at_ms)
         : 0,
+      sessionMode: isSet(object.sessionMode)
+        ? globalThis.String(object.sessionMode)
+        : isSet(object.session_mode)
+        ? globalThis.String(object.session_mode)
+        : undefined,
+      defined: isSet(object.defined) ? DefinedTools.fromJSON(object.defined) : undefined,
     };
   },
 
@@ -394,6 +485,12 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
     if (message.firstAttemptAtMs !== 0) {
       obj.firstAttemptAtMs = Math.round(message.firstAttemptAtMs);
     }
+    if (message.sessionMode !== undefined) {
+      obj.sessionMode = message.sessionMode;
+    }
+    if (message.defined !== undefined) {
+      obj.defined = DefinedTools.toJSON(message.defined);
+    }
     return obj;
   },
 
@@ -411,12 +508,24 @@ export const CallToolRequest: MessageFns<CallToolRequest> = {
     message.sandboxMode = object.sandboxMode ?? "";
     message.attempt = object.attempt ?? 0;
     message.firstAttemptAtMs = object.firstAttemptAtMs ?? 0;
+    message.sessionMode = object.sessionMode ?? undefined;
+    message.defined = (object.defined !== undefined && object.defined !== null)
+      ? DefinedTools.fromPartial(object.defined)
+      : undefined;
     return message;
   },
 };
 
 function createBaseCallToolResponse(): CallToolResponse {
-  return { content: "", isError: false, durationMs: 0, retries: [], replayed: false };
+  return {
+    content: "",
+    isError: false,
+    durationMs: 0,
+    retries: [],
+    replayed: false,
+    innerCalls: [],
+    defined: undefined,
+  };
 }
 
 export const CallToolResponse: MessageFns<CallToolResponse> = {
@@ -435,6 +544,12 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     }
     if (message.replayed !== false) {
       writer.uint32(40).bool(message.replayed);
+    }
+    for (const v of message.innerCalls) {
+      InnerCall.encode(v!, writer.uint32(50).fork()).join();
+    }
+    if (message.defined !== undefined) {
+      DefinedTool.encode(message.defined, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -492,6 +607,22 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
             message.replayed = reader.bool();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.innerCalls.push(InnerCall.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.defined = DefinedTool.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -519,6 +650,12 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
         : 0,
       retries: globalThis.Array.isArray(object?.retries) ? object.retries.map((e: any) => HopRetry.fromJSON(e)) : [],
       replayed: isSet(object.replayed) ? globalThis.Boolean(object.replayed) : false,
+      innerCalls: globalThis.Array.isArray(object?.innerCalls)
+        ? object.innerCalls.map((e: any) => InnerCall.fromJSON(e))
+        : globalThis.Array.isArray(object?.inner_calls)
+        ? object.inner_calls.map((e: any) => InnerCall.fromJSON(e))
+        : [],
+      defined: isSet(object.defined) ? DefinedTool.fromJSON(object.defined) : undefined,
     };
   },
 
@@ -539,6 +676,12 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     if (message.replayed !== false) {
       obj.replayed = message.replayed;
     }
+    if (message.innerCalls?.length) {
+      obj.innerCalls = message.innerCalls.map((e) => InnerCall.toJSON(e));
+    }
+    if (message.defined !== undefined) {
+      obj.defined = DefinedTool.toJSON(message.defined);
+    }
     return obj;
   },
 
@@ -552,6 +695,357 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     message.durationMs = object.durationMs ?? 0;
     message.retries = object.retries?.map((e) => HopRetry.fromPartial(e)) || [];
     message.replayed = object.replayed ?? false;
+    message.innerCalls = object.innerCalls?.map((e) => InnerCall.fromPartial(e)) || [];
+    message.defined = (object.defined !== undefined && object.defined !== null)
+      ? DefinedTool.fromPartial(object.defined)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseInnerCall(): InnerCall {
+  return { name: "", arguments: "", content: "", isError: false, durationMs: 0 };
+}
+
+export const InnerCall: MessageFns<InnerCall> = {
+  encode(message: InnerCall, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.arguments !== "") {
+      writer.uint32(18).string(message.arguments);
+    }
+    if (message.content !== "") {
+      writer.uint32(26).string(message.content);
+    }
+    if (message.isError !== false) {
+      writer.uint32(32).bool(message.isError);
+    }
+    if (message.durationMs !== 0) {
+      writer.uint32(41).double(message.durationMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): InnerCall {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseInnerCall();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.arguments = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.isError = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.durationMs = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): InnerCall {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      arguments: isSet(object.arguments) ? globalThis.String(object.arguments) : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+      isError: isSet(object.isError)
+        ? globalThis.Boolean(object.isError)
+        : isSet(object.is_error)
+        ? globalThis.Boolean(object.is_error)
+        : false,
+      durationMs: isSet(object.durationMs)
+        ? globalThis.Number(object.durationMs)
+        : isSet(object.duration_ms)
+        ? globalThis.Number(object.duration_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: InnerCall): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.arguments !== "") {
+      obj.arguments = message.arguments;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    if (message.isError !== false) {
+      obj.isError = message.isError;
+    }
+    if (message.durationMs !== 0) {
+      obj.durationMs = floatToJson(message.durationMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<InnerCall>, I>>(base?: I): InnerCall {
+    return InnerCall.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<InnerCall>, I>>(object: I): InnerCall {
+    const message = createBaseInnerCall();
+    message.name = object.name ?? "";
+    message.arguments = object.arguments ?? "";
+    message.content = object.content ?? "";
+    message.isError = object.isError ?? false;
+    message.durationMs = object.durationMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseDefinedTools(): DefinedTools {
+  return { tools: [] };
+}
+
+export const DefinedTools: MessageFns<DefinedTools> = {
+  encode(message: DefinedTools, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.tools) {
+      DefinedTool.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DefinedTools {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDefinedTools();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tools.push(DefinedTool.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DefinedTools {
+    return {
+      tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => DefinedTool.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: DefinedTools): unknown {
+    const obj: any = {};
+    if (message.tools?.length) {
+      obj.tools = message.tools.map((e) => DefinedTool.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DefinedTools>, I>>(base?: I): DefinedTools {
+    return DefinedTools.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DefinedTools>, I>>(object: I): DefinedTools {
+    const message = createBaseDefinedTools();
+    message.tools = object.tools?.map((e) => DefinedTool.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseDefinedTool(): DefinedTool {
+  return { name: "", description: "", parametersJson: "", language: "", code: "" };
+}
+
+export const DefinedTool: MessageFns<DefinedTool> = {
+  encode(message: DefinedTool, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.parametersJson !== "") {
+      writer.uint32(26).string(message.parametersJson);
+    }
+    if (message.language !== "") {
+      writer.uint32(34).string(message.language);
+    }
+    if (message.code !== "") {
+      writer.uint32(42).string(message.code);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DefinedTool {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDefinedTool();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.parametersJson = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.language = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DefinedTool {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      parametersJson: isSet(object.parametersJson)
+        ? globalThis.String(object.parametersJson)
+        : isSet(object.parameters_json)
+        ? globalThis.String(object.parameters_json)
+        : "",
+      language: isSet(object.language) ? globalThis.String(object.language) : "",
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+    };
+  },
+
+  toJSON(message: DefinedTool): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.parametersJson !== "") {
+      obj.parametersJson = message.parametersJson;
+    }
+    if (message.language !== "") {
+      obj.language = message.language;
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DefinedTool>, I>>(base?: I): DefinedTool {
+    return DefinedTool.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DefinedTool>, I>>(object: I): DefinedTool {
+    const message = createBaseDefinedTool();
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.parametersJson = object.parametersJson ?? "";
+    message.language = object.language ?? "";
+    message.code = object.code ?? "";
     return message;
   },
 };

@@ -1,0 +1,244 @@
+import { randomBytes } from "node:crypto";
+import { spawnSync } from "node:child_process";
+import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Bus } from "@tack/bus";
+import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
+import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, SessionCreated } from "@tack/proto";
+import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
+import { removeNamespace } from "@tack/testkit";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { startToolsService, type ToolsService } from "../src/index.js";
+import { declarations } from "../src/modes/code.js";
+import { compileProgram, DEFAULT_CODE_LIMITS, runProgram } from "../src/modes/isolate.js";
+import { callTool, listTools } from "../src/registry.js";
+import { bash } from "../src/tools/bash.js";
+import { edit } from "../src/tools/edit.js";
+import { glob } from "../src/tools/glob.js";
+import { grep } from "../src/tools/grep.js";
+import { read } from "../src/tools/read.js";
+import { write } from "../src/tools/write.js";
+import { makeWorkspace, type Workspace } from "./support/call.js";
+
+const ROOT = join(import.meta.dirname, "../../..");
+const STANDARD = [read, write, edit, glob, grep, bash];
+
+let ws: Workspace;
+beforeEach(async () => {
+  ws = await makeWorkspace();
+});
+afterEach(async () => {
+  await ws.remove();
+});
+
+/** Calls `name` as a session of mode `sessionMode` would (call id `call-1`, sandbox mode workspace-write). */
+function call(name: string, args: unknown, sessionMode = "code"): Promise<CallToolResponse> {
+  return callTool(CallToolRequest.fromPartial({
+    sessionId: "s1", tenant: "t1", callId: "call-1", name, arguments: JSON.stringify(args), workspace: ws.root,
+    sandboxMode: "workspace-write", attempt: 1, firstAttemptAtMs: Date.now(), sessionMode,
+  }), { sandbox: ws.sandbox, spills: { get: async () => undefined }, signal: new AbortController().signal });
+}
+
+const runCode = (code: string, extra: Record<string, unknown> = {}) => call("run_code", { code, ...extra });
+
+describe("code mode", () => {
+  it("code mode - lists run_code only, its description declaring every standard tool's signature", () => {
+    const tools = listTools("code");
+    expect(tools.map((t) => t.name)).toEqual(["run_code"]);
+    const description = tools[0]!.description;
+    for (const tool of listTools("standard")) expect(description).toContain(`  ${tool.name}(args: {`);
+    expect(description).toContain("    path: string; // File path, relative to /workspace or absolute");
+    expect(description).toContain("    limit?: number; // Maximum number of lines; default 2000");
+    // What only the loop acts on is left out of the signatures.
+    expect(description).not.toContain("sandbox_permissions");
+    expect(description).toContain("120 s, 128 MB heap, 100000 characters of output, 200 tool calls");
+  });
+
+  it("code mode - the declarations type-check a correct program and reject a wrong argument (tsc)", () => {
+    const dir = mkdtempSync(join(tmpdir(), "tack-code-decl-"));
+    try {
+      const check = (program: string) => {
+        writeFileSync(join(dir, "program.ts"), `${declarations(STANDARD)}\nexport {};\n${program}\n`);
+        // No @types: the program sees only the declarations and the language.
+        const options = { strict: true, noEmit: true, target: "es2022", module: "es2022", lib: ["es2022"], types: [] };
+        writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions: options, files: ["program.ts"] }));
+        return spawnSync(join(ROOT, "node_modules/.bin/tsc"), ["-p", join(dir, "tsconfig.json")], { encoding: "utf8" });
+      };
+      expect(check(`const t: string = await tools.read({ path: "a" }); await tools.bash({ command: "ls", timeout_ms: 5 }); await tools.edit({ path: "a", old_string: "x", new_string: "y" });`).status).toBe(0);
+      const wrong = check(`await tools.read({ path: 7 });`);
+      expect(wrong.status).not.toBe(0);
+      expect(wrong.stdout).toContain("Type 'number' is not assignable to type 'string'");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("code mode - a program chains tool calls; each is made through callTool and returned as an inner call", async () => {
+    await writeFile(join(ws.root, "a.txt"), "one\ntwo\n");
+    const result = await runCode(`
+      const text: string = await tools.read({ path: "a.txt" });
+      await tools.write({ path: "b.txt", content: text.toUpperCase() });
+      const out = await tools.bash({ command: "grep -c . b.txt" });
+      console.log("lines:", out.split("\\n")[0]);
+      return { ok: true };`);
+    expect(result).toMatchObject({ isError: false, content: 'lines: 2\nreturned: {\n  "ok": true\n}' });
+    expect(readFileSync(join(ws.root, "b.txt"), "utf8")).toBe("     1\tONE\n     2\tTWO");
+    expect(result.innerCalls.map((c) => [c.name, JSON.parse(c.arguments) as unknown, c.isError])).toEqual([
+      ["read", { path: "a.txt" }, false],
+      ["write", { path: "b.txt", content: "     1\tONE\n     2\tTWO" }, false],
+      ["bash", { command: "grep -c . b.txt" }, false],
+    ]);
+    expect(result.innerCalls[0]!.content).toBe("     1\tone\n     2\ttwo");
+    expect(result.innerCalls[2]!.content).toBe("2\nexit code: 0");
+    expect(result.innerCalls.every((c) => c.durationMs > 0)).toBe(true);
+    // Each inner call keys its execs under its own id, so a retried program replays them instead of running them twice.
+    expect(ws.sandbox.executed.map((r) => r.execKey)).toEqual(["call-1.1#1", "call-1.2#1", "call-1.3#1"]);
+    expect(ws.sandbox.executed.every((r) => r.mode === "workspace-write")).toBe(true);
+  });
+
+  it("code mode - a failed inner call throws an Error with the tool's message; uncaught, it fails run_code", async () => {
+    const caught = await runCode(`
+      try { await tools.read({ path: "missing.txt" }); } catch (e) { console.log("caught:", (e as Error).message, e instanceof Error); }
+      await tools.bash({ command: "exit 3" });`);
+    expect(caught.isError).toBe(true);
+    expect(caught.content).toBe("caught: File not found: missing.txt true\nuncaught Error: exit code: 3");
+    expect(caught.innerCalls.map((c) => [c.name, c.isError, c.content])).toEqual([
+      ["read", true, "File not found: missing.txt"],
+      ["bash", true, "exit code: 3"],
+    ]);
+  });
+
+  it("code mode - invalid arguments of an inner call are the same validation error as a direct call's", async () => {
+    const result = await runCode(`await (tools.read as any)({ path: 7 })`);
+    expect(result.content).toBe("uncaught Error: Invalid arguments for read: path: Invalid input: expected string, received number");
+  });
+
+  it("code mode - a program that does not compile says where", async () => {
+    const result = await runCode("const x: number = ;\nreturn x");
+    expect(result.isError).toBe(true);
+    expect(result.content).toMatch(/^The program does not compile:\nline 1:19: Unexpected ";"/);
+  });
+
+  it("code mode - a direct call of a standard tool is refused with how to call it from run_code, and runs nothing", async () => {
+    const result = await call("bash", { command: "touch x" });
+    expect(result).toMatchObject({ isError: true, innerCalls: [] });
+    expect(result.content).toBe('Not run: in code mode bash is called from a run_code program, e.g. run_code with code: console.log(await tools.bash({"command":"touch x"}))');
+    expect(ws.sandbox.ensured).toHaveLength(0);
+    // And the other way round: run_code is not a standard tool.
+    expect(await call("run_code", { code: "1" }, "")).toMatchObject({ isError: true, content: "Not run: run_code is not a tool of mode standard; its tools are read, write, edit, glob, grep, bash" });
+  });
+
+  it("code mode - no process, require, import, fetch or Node globals inside the program, nor through a leaked error", async () => {
+    const result = await runCode(`
+      const seen = [typeof process, typeof fetch, typeof Buffer, typeof setTimeout, typeof globalThis.require === "function"];
+      let viaImport = "";
+      try { await import("node:fs"); } catch (e) { viaImport = (e as Error).message; }
+      let viaConstructor = "";
+      try { (tools.read as any).constructor.constructor("return process")(); } catch (e) { viaConstructor = (e as Error).name; }
+      return [...seen, viaImport, viaConstructor];`);
+    expect(result.isError).toBe(false);
+    expect(JSON.parse(result.content.replace(/^returned: /, ""))).toEqual([
+      "undefined", "undefined", "undefined", "undefined", true,
+      "import and require are not available in run_code; use the tools object", "EvalError",
+    ]);
+  });
+
+  it("code mode - an infinite loop is stopped at the wall-clock limit, keeping the output printed before", async () => {
+    const started = Date.now();
+    const result = await runCode(`console.log("before"); while (true) {}`, { timeout_ms: 1_000 });
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(result).toMatchObject({ isError: true, content: "before\nstopped: the program ran past its wall-clock limit of 1000 ms and was stopped" });
+  });
+
+  it("code mode - a huge allocation is stopped at the heap limit", async () => {
+    const result = await runCode(`const keep = []; for (;;) keep.push(new Array(1_000_000).fill(7));`);
+    expect(result).toMatchObject({ isError: true, content: "stopped: the program ran out of its 128 MB heap and was stopped" });
+  });
+
+  it("code mode - output over the cap is left out and counted", async () => {
+    const result = await runCode(`console.log("x".repeat(150_000)); console.log("tail");`);
+    expect(result.isError).toBe(false);
+    expect(result.content).toBe(`${"x".repeat(100_000)}\n(50006 more characters of output left out: the limit is 100000; print less)`);
+  });
+});
+
+describe("code isolate", () => {
+  const limits = { ...DEFAULT_CODE_LIMITS, calls: 3 };
+  it("code isolate - calls past the limit fail inside the program and never reach the tools", async () => {
+    const reached: string[] = [];
+    const outcome = await runProgram(await compileProgram(`
+      const results = [];
+      for (let i = 0; i < 5; i++) results.push(await tools.echo({ i }).catch((e) => "refused: " + e.message));
+      return results;`), { tools: ["echo"], limits, callInner: async (_name, args) => (reached.push(args), { content: args, isError: false }) });
+    expect(reached).toEqual(['{"i":0}', '{"i":1}', '{"i":2}']);
+    expect(outcome.calls).toBe(5);
+    expect(JSON.parse((outcome.end as { value: string }).value)).toEqual([
+      '{"i":0}', '{"i":1}', '{"i":2}',
+      "refused: tools.echo: not run, the program already made its limit of 3 tool calls",
+      "refused: tools.echo: not run, the program already made its limit of 3 tool calls",
+    ]);
+  });
+
+  it("code isolate - calls still running when the program ends are awaited, so every call made is answered", async () => {
+    let answered = 0;
+    const outcome = await runProgram(await compileProgram(`void tools.slow({}); return "ended"`), {
+      tools: ["slow"], limits,
+      callInner: async () => {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        answered += 1;
+        return { content: "late", isError: false };
+      },
+    });
+    expect(outcome.end).toEqual({ kind: "returned", value: "ended" });
+    expect(answered).toBe(1);
+  });
+});
+
+// The same program against the real sandbox service (a Docker container) over the bus.
+describe("code mode in the sandbox", () => {
+  const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+  const namespace = `code${randomBytes(4).toString("hex")}`;
+  const workspace = mkdtempSync(join(tmpdir(), "tack-code-mode-"));
+  let bus: Bus;
+  let sandbox: SandboxService;
+  let tools: ToolsService;
+  beforeAll(async () => {
+    if (process.getuid?.() === 0) chownSync(workspace, 1000, 1000);
+    bus = await Bus.connect({ url: NATS_URL, namespace, name: "code-mode-test" });
+    // The sandbox makes containers only for sessions in the log: open this one as the loop would.
+    await ensureLogStream(bus.nc, bus.names);
+    const writer = await SessionLogWriter.open(bus.nc, bus.names, { tenant: "t1", sessionId: "c1" });
+    await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId: "c1", tenant: "t1", workspace, formatVersion: FORMAT_VERSION, mode: "code" }), "test"));
+    sandbox = await startSandboxService({ natsUrl: NATS_URL, namespace, poolSize: 0 });
+    tools = await startToolsService({ natsUrl: NATS_URL, namespace });
+  });
+  afterAll(async () => {
+    await tools?.stop();
+    await sandbox?.stop({ removeContainers: true });
+    await removeNamespace(bus.nc, namespace);
+    await bus.close();
+    rmSync(workspace, { recursive: true, force: true });
+  });
+
+  it("code mode in the sandbox - tools.list and a run_code call whose inner calls run in the session's container", async () => {
+    const listed = await bus.request(bus.names.toolsList, ListToolsRequest, { mode: "code" }, ListToolsResponse);
+    expect(listed.tools.map((t) => t.name)).toEqual(["run_code"]);
+    const code = `
+      await tools.write({ path: "notes/hi.txt", content: "hello from the program\\n" });
+      const os = await tools.bash({ command: "cat /etc/debian_version; pwd; cat notes/hi.txt" });
+      const found = await tools.glob({ pattern: "*.txt" });
+      console.log(os);
+      return found;`;
+    const response = await bus.request(bus.names.toolsCall, CallToolRequest, CallToolRequest.fromPartial({
+      sessionId: "c1", tenant: "t1", callId: "call_0_0", name: "run_code", arguments: JSON.stringify({ code }), workspace,
+      sandboxMode: "workspace-write", attempt: 1, firstAttemptAtMs: Date.now(), sessionMode: "code",
+    }), CallToolResponse, { timeoutMs: 60_000 });
+    expect(response.isError).toBe(false);
+    // Debian bookworm (12.x) in the container, whatever the host runs; the workspace mounted at /workspace.
+    expect(response.content).toMatch(/^12\.\d+\n\/workspace\nhello from the program\nexit code: 0\nreturned: notes\/hi\.txt$/);
+    expect(readFileSync(join(workspace, "notes/hi.txt"), "utf8")).toBe("hello from the program\n");
+    expect(response.innerCalls.map((c) => [c.name, c.isError])).toEqual([["write", false], ["bash", false], ["glob", false]]);
+  });
+});
