@@ -10,7 +10,7 @@ const port = parentPort;
 const { program, tools, outputChars } = workerData;
 
 // Defence in depth: were the program to reach this realm after all, these are gone from its globals.
-for (const name of ["process", "fetch", "require", "module", "WebAssembly", "Buffer", "setImmediate", "queueMicrotask"]) {
+for (const name of ["process", "fetch", "require", "module", "Buffer", "setImmediate", "queueMicrotask"]) {
   try {
     delete globalThis[name];
   } catch {

@@ -91,8 +91,9 @@ export function runProgram(
   const { limits, callInner, signal } = options;
   const worker = new Worker(new URL("./code-worker.mjs", import.meta.url), {
     workerData: { program: js, tools: options.tools, outputChars: limits.outputChars },
-    // An empty environment: the service's variables (credentials among them) never reach the thread.
-    env: {},
+    // An empty environment: the service's variables (credentials among them) never reach the thread;
+    // no flags either: the worker is plain JavaScript, and loader hooks (tsx) would run in it too.
+    env: {}, execArgv: [],
     resourceLimits: { maxOldGenerationSizeMb: limits.heapMb, maxYoungGenerationSizeMb: Math.min(32, Math.max(4, limits.heapMb >> 2)), stackSizeMb: 4 },
     stdout: true, stderr: true,
   });
