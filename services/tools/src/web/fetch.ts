@@ -2,7 +2,6 @@ import { readFileSync } from "node:fs";
 import type { Readable } from "node:stream";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import iconv from "iconv-lite";
-import { NodeHtmlMarkdown } from "node-html-markdown";
 import { Agent, request } from "undici";
 import { z } from "zod";
 import { defineTool, ToolError, type Tool } from "../tool.js";
@@ -10,6 +9,7 @@ import {
   checkUrl, dnsServerResolver, GuardError, parseAllowList, pinnedLookup, resolveDestination, systemResolver,
   type Destination, type GuardPolicy, type Resolver,
 } from "./guard.js";
+import { htmlToMarkdown } from "./markdown.js";
 
 /** How web_fetch may reach the network; every field has a safe default. */
 export interface WebFetchOptions {
@@ -41,7 +41,6 @@ const FORMATS = ["markdown", "raw"] as const;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 const TEXT_TYPES = new Set(["application/json", "application/xml", "application/xhtml+xml"]);
 const HTML_TYPES = new Set(["text/html", "application/xhtml+xml"]);
-const markdown = new NodeHtmlMarkdown();
 
 const parameters = z.strictObject({
   url: z.string().describe("Absolute http(s) URL"),
@@ -148,7 +147,7 @@ async function readResult(url: URL, chain: readonly string[], response: Response
     throw new ToolError(`web_fetch got HTTP ${response.statusCode} from ${url.href}; check the URL`);
   }
   if (mime && !isText(mime)) {
-    response.body.destroy();
+    discard(response);
     throw new ToolError(`web_fetch got ${mime} from ${url.href}, not text; it only returns text (HTML, plain text, JSON, XML)`);
   }
   const { bytes, cut } = await readBody(response, limits.maxBodyBytes, url);
@@ -158,7 +157,7 @@ async function readResult(url: URL, chain: readonly string[], response: Response
     throw new ToolError(`web_fetch got a body without content type from ${url.href} that looks binary; it only returns text`);
   }
   const html = HTML_TYPES.has(mime) && format === "markdown";
-  if (html) body = markdown.translate(body);
+  if (html) body = htmlToMarkdown(body);
   const total = body.length;
   if (total > limits.maxResultChars) body = body.slice(0, limits.maxResultChars);
   const notes = [
@@ -175,6 +174,12 @@ async function readResult(url: URL, chain: readonly string[], response: Response
     "</web_content>",
     ...(notes.length > 0 ? [`(${notes.join("; ")})`] : []),
   ].join("\n");
+}
+
+// Drops the rest of a body; destroying a body that is still arriving makes it emit an abort error nobody needs.
+function discard(response: Response): void {
+  response.body.on("error", () => {});
+  response.body.destroy();
 }
 
 function header(response: Response, name: string): string {
@@ -194,7 +199,7 @@ async function readBody(response: Response, max: number, url: URL): Promise<{ by
     : encoding === "br" ? createBrotliDecompress()
     : undefined;
   if (encoding && encoding !== "identity" && !decoder) {
-    response.body.destroy();
+    discard(response);
     throw new ToolError(`web_fetch got content encoding ${encoding} from ${url.href}, which it cannot decode`);
   }
   const stream: Readable = decoder ? response.body.pipe(decoder) : response.body;
@@ -218,7 +223,7 @@ async function readBody(response: Response, max: number, url: URL): Promise<{ by
   } finally {
     // Stops the transfer when the cap was hit (the agent is destroyed right after).
     decoder?.destroy();
-    response.body.destroy();
+    discard(response);
   }
   return { bytes: Buffer.concat(chunks, size), cut };
 }
@@ -236,9 +241,10 @@ function charsetOf(contentType: string, bytes: Buffer, html: boolean): string {
   return "utf-8";
 }
 
-// The page must not be able to end (or open) the marker around it: any spelling of the tag loses its `<`.
+// The page must not be able to end (or open) the marker around it: any spelling of the tag,
+// Markdown-escaped ones included, loses its `<`.
 function neutralise(body: string): string {
-  return body.replace(/<(\s*\/?\s*web_content)/gi, "&lt;$1");
+  return body.replace(/<(\s*\/?\s*web\\*_content)/gi, "&lt;$1");
 }
 
 function escapeAttribute(value: string): string {

@@ -218,13 +218,14 @@ export const systemResolver: Resolver = async (hostname) => (await dns.lookup(ho
 export function dnsServerResolver(servers: readonly string[], timeoutMs = 5_000): Resolver {
   const resolver = new dns.Resolver({ timeout: timeoutMs, tries: 2 });
   resolver.setServers([...servers]);
-  const noRecords = (error: NodeJS.ErrnoException) => {
-    if (error.code === "ENODATA" || error.code === "ENOTFOUND") return [] as string[];
-    throw error;
-  };
   return async (hostname) => {
-    const [a, aaaa] = await Promise.all([resolver.resolve4(hostname).catch(noRecords), resolver.resolve6(hostname).catch(noRecords)]);
-    return [...a, ...aaaa];
+    const answers = await Promise.allSettled([resolver.resolve4(hostname), resolver.resolve6(hostname)]);
+    const failed = answers.filter((answer) => answer.status === "rejected").map((answer) => answer.reason as NodeJS.ErrnoException);
+    // A name that exists with records of one family only is fine; a name that does not exist is not.
+    if (failed.length === 2 && failed.every((error) => error.code === "ENOTFOUND")) throw failed[0];
+    const hard = failed.find((error) => error.code !== "ENODATA" && error.code !== "ENOTFOUND");
+    if (hard) throw hard;
+    return answers.flatMap((answer) => (answer.status === "fulfilled" ? answer.value : []));
   };
 }
 
