@@ -1,4 +1,10 @@
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createTlsServer } from "node:https";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { TLSSocket } from "node:tls";
 import type { AddressInfo } from "node:net";
 import { gzipSync } from "node:zlib";
 import iconv from "iconv-lite";
@@ -288,6 +294,48 @@ describe("web_fetch - allowlisted loopback", () => {
     await waitFor("the slow request to arrive", () => seen.some((entry) => entry.path === "/slow"), { timeoutMs: 5_000 });
     stop.abort(new Error("service stopping"));
     await expect(call).rejects.toThrow("service stopping");
+  });
+});
+
+describe("web_fetch - https", () => {
+  // A self-signed certificate for `name`, made with openssl for this test only.
+  function certificate(name: string): { key: string; cert: string } {
+    const dir = mkdtempSync(join(tmpdir(), "web-fetch-tls-"));
+    try {
+      execFileSync("openssl", [
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", `/CN=${name}`, "-addext", `subjectAltName=DNS:${name}`,
+        "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
+      ], { stdio: "ignore" });
+      return { key: readFileSync(join(dir, "key.pem"), "utf8"), cert: readFileSync(join(dir, "cert.pem"), "utf8") };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  it("web fetch - the pinned connection still sends the name as SNI and checks the certificate against it", async () => {
+    const good = certificate("public.test");
+    const wrong = certificate("other.test");
+    const servernames: (string | false | null)[] = [];
+    const server = createTlsServer({ ...good }, (request, response) => {
+      servernames.push((request.socket as TLSSocket).servername);
+      response.writeHead(200, { "content-type": "text/plain" }).end("hello over tls");
+    });
+    const port = await listen(server, "127.0.0.1");
+    try {
+      const result = await fetchWith(trusted({ extraCa: [good.cert] }), `https://public.test:${port}/hello`);
+      expect(body(result)).toBe("hello over tls");
+      expect(servernames).toEqual(["public.test"]);
+      // Without trusting the test CA, and with a certificate for another name, the handshake fails.
+      expect(await refusal(fetchWith(trusted(), `https://public.test:${port}/hello`))).toMatch(/^web_fetch could not fetch https:\/\/public\.test:\d+\/hello: .*self-signed certificate/);
+      expect(await refusal(fetchWith(trusted({ extraCa: [wrong.cert] }), `https://public.test:${port}/hello`))).toContain("could not fetch");
+      server.setSecureContext({ ...wrong });
+      const mismatch = await refusal(fetchWith(trusted({ extraCa: [wrong.cert] }), `https://public.test:${port}/hello`));
+      expect(mismatch).toContain("ERR_TLS_CERT_ALTNAME_INVALID");
+      expect(servernames).toEqual(["public.test"]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
 

@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import type { Readable } from "node:stream";
+import { rootCertificates } from "node:tls";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import iconv from "iconv-lite";
 import { Agent, request } from "undici";
@@ -29,6 +30,8 @@ export interface WebFetchOptions {
   readonly maxResultChars?: number;
   /** Redirects followed; default 5. */
   readonly maxRedirects?: number;
+  /** CA certificates (PEM) trusted for https besides Node's bundled roots: an operator's internal CA. */
+  readonly extraCa?: readonly string[];
 }
 
 /** The options the tools service runs with: allowlist from TACK_WEB_FETCH_ALLOW, DNS servers from TACK_WEB_FETCH_DNS (both comma or space separated). */
@@ -51,6 +54,8 @@ const parameters = z.strictObject({
 export function createWebFetch(options: WebFetchOptions = {}): Tool<typeof parameters> {
   const policy: GuardPolicy = { allow: parseAllowList(options.allow), ...(options.ownAddresses ? { ownAddresses: options.ownAddresses } : {}) };
   const resolve = options.resolver ?? (options.dnsServers?.length ? dnsServerResolver(options.dnsServers) : systemResolver);
+  // Giving `ca` replaces the bundled roots, so the extra ones come on top of them.
+  const tls = options.extraCa?.length ? { ca: [...rootCertificates, ...options.extraCa] } : {};
   const limits = {
     timeoutMs: options.timeoutMs ?? 30_000,
     maxBodyBytes: options.maxBodyBytes ?? 5 * 1024 * 1024,
@@ -65,7 +70,7 @@ export function createWebFetch(options: WebFetchOptions = {}): Tool<typeof param
       const deadline = AbortSignal.timeout(limits.timeoutMs);
       const signal = AbortSignal.any([ctx.signal, deadline]);
       try {
-        return await fetchText(url, format ?? "markdown", { policy, resolve, limits, signal });
+        return await fetchText(url, format ?? "markdown", { policy, resolve, limits, tls, signal });
       } catch (error) {
         if (ctx.signal.aborted) throw error;
         if (deadline.aborted) throw new ToolError(`web_fetch gave up on ${url} after ${limits.timeoutMs / 1000} s (its time limit); try again later or a smaller page`);
@@ -83,6 +88,7 @@ interface Fetching {
   readonly policy: GuardPolicy;
   readonly resolve: Resolver;
   readonly limits: { readonly timeoutMs: number; readonly maxBodyBytes: number; readonly maxResultChars: number; readonly maxRedirects: number };
+  readonly tls: { readonly ca?: string[] };
   readonly signal: AbortSignal;
 }
 
@@ -94,7 +100,7 @@ async function fetchText(text: string, format: (typeof FORMATS)[number], fetchin
     const destination = await abortable(resolveDestination(url, fetching.policy, fetching.resolve), signal);
     // One agent per hop: its only way to an address is the lookup pinned to what was just checked.
     const agent = new Agent({
-      connect: { lookup: pinnedLookup(destination), timeout: limits.timeoutMs },
+      connect: { lookup: pinnedLookup(destination), timeout: limits.timeoutMs, ...fetching.tls },
       headersTimeout: limits.timeoutMs, bodyTimeout: limits.timeoutMs,
     });
     try {
