@@ -236,9 +236,9 @@ describe("web_fetch - allowlisted loopback", () => {
 
   it("web fetch - redirects to refused places are refused before any request to them", async () => {
     const toLoopback = await refusal(fetchWith(trusted(), `http://public.test:${port4}/redirect?to=http://127.0.0.2:${port4}/hello`));
-    expect(toLoopback).toBe(`web_fetch refused http://public.test:${port4}/redirect?to=http://127.0.0.2:${port4}/hello (rule address): 127.0.0.2 loopback (127.0.0.0/8); web_fetch only reaches public internet addresses`);
+    expect(toLoopback).toBe(`web_fetch refused http://public.test:${port4}/redirect?to=http://127.0.0.2:${port4}/hello (rule address): redirect from http://public.test:${port4}/redirect?to=http://127.0.0.2:${port4}/hello to http://127.0.0.2:${port4}/hello: 127.0.0.2 is loopback (127.0.0.0/8); web_fetch only reaches public internet addresses`);
     const toName = await refusal(fetchWith(trusted(), `http://public.test:${port4}/redirect?to=http://mapped.test:${port4}/hello`));
-    expect(toName).toContain("mapped.test resolves to ::ffff:7f00:1, which is IPv4-mapped");
+    expect(toName).toContain("/hello: mapped.test resolves to ::ffff:7f00:1, which is IPv4-mapped");
     const toFile = await refusal(fetchWith(trusted(), `http://public.test:${port4}/redirect?to=file:///etc/passwd`));
     expect(toFile).toContain(`(rule url-scheme): redirect from http://public.test:${port4}/redirect?to=file:///etc/passwd to file:///etc/passwd: scheme file: is not allowed`);
     const toCredentials = await refusal(fetchWith(trusted(), `http://public.test:${port4}/redirect?to=http://u:p@public.test:${port4}/hello`));
@@ -342,11 +342,11 @@ describe("web_fetch - https", () => {
 describe("web_fetch - refused before connecting", () => {
   it("web fetch - loopback is refused without the operator's allowlist, and no request arrives", async () => {
     const cases: [string, string][] = [
-      [`http://127.0.0.1:${port4}/hello`, "127.0.0.1 loopback (127.0.0.0/8)"],
-      [`http://2130706433:${port4}/hello`, "127.0.0.1 loopback"],
-      [`http://0x7f.1:${port4}/hello`, "127.0.0.1 loopback"],
-      [`http://[::1]:${port6}/hello`, "::1 loopback (::1/128)"],
-      [`http://[::ffff:127.0.0.1]:${port4}/hello`, "::ffff:7f00:1 IPv4-mapped"],
+      [`http://127.0.0.1:${port4}/hello`, "127.0.0.1 is loopback (127.0.0.0/8)"],
+      [`http://2130706433:${port4}/hello`, "127.0.0.1 is loopback"],
+      [`http://0x7f.1:${port4}/hello`, "127.0.0.1 is loopback"],
+      [`http://[::1]:${port6}/hello`, "::1 is loopback (::1/128)"],
+      [`http://[::ffff:127.0.0.1]:${port4}/hello`, "::ffff:7f00:1 is IPv4-mapped"],
       [`http://public.test:${port4}/hello`, "public.test resolves to 127.0.0.1, which is loopback"],
       [`http://mapped.test:${port4}/hello`, "mapped.test resolves to ::ffff:7f00:1, which is IPv4-mapped (::ffff:0:0/96), carrying 127.0.0.1"],
     ];

@@ -229,8 +229,8 @@ describe("resolveDestination", () => {
 
   it("web guard - a literal address is checked without asking DNS", async () => {
     const { resolve, asked } = table({});
-    await expect(resolveDestination(checkUrl("http://0x7f.1:8080/"), open, resolve)).rejects.toThrow("127.0.0.1 loopback (127.0.0.0/8)");
-    await expect(resolveDestination(checkUrl("http://[::ffff:169.254.169.254]/"), open, resolve)).rejects.toThrow("IPv4-mapped (::ffff:0:0/96), carrying 169.254.169.254");
+    await expect(resolveDestination(checkUrl("http://0x7f.1:8080/"), open, resolve)).rejects.toThrow("127.0.0.1 is loopback (127.0.0.0/8)");
+    await expect(resolveDestination(checkUrl("http://[::ffff:169.254.169.254]/"), open, resolve)).rejects.toThrow("::ffff:a9fe:a9fe is IPv4-mapped (::ffff:0:0/96), carrying 169.254.169.254");
     const ok = await resolveDestination(checkUrl("http://[2606:4700:4700::1111]/"), open, resolve);
     expect(ok).toMatchObject({ hostname: "2606:4700:4700::1111", addresses: [{ address: "2606:4700:4700::1111", family: 6 }] });
     expect(asked).toEqual([]);

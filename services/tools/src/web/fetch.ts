@@ -97,7 +97,10 @@ async function fetchText(text: string, format: (typeof FORMATS)[number], fetchin
   let url = checkUrl(text);
   const chain: string[] = [];
   for (;;) {
-    const destination = await abortable(resolveDestination(url, fetching.policy, fetching.resolve), signal);
+    const destination = await abortable(resolveDestination(url, fetching.policy, fetching.resolve), signal).catch((error: unknown) => {
+      if (error instanceof GuardError && chain.length > 0) throw new GuardError(error.rule, `redirect from ${chain.at(-1)} to ${url.href}: ${error.message}`);
+      throw error;
+    });
     // One agent per hop: its only way to an address is the lookup pinned to what was just checked.
     const agent = new Agent({
       connect: { lookup: pinnedLookup(destination), timeout: limits.timeoutMs, ...fetching.tls },

@@ -258,7 +258,7 @@ export async function resolveDestination(url: URL, policy: GuardPolicy, resolve:
   const verdicts = answers.map((answer) => checkAddress(answer, policy));
   const refused = verdicts.find((verdict) => verdict.refused);
   if (refused) {
-    const what = literal !== undefined ? refused.address : `${url.hostname} resolves to ${refused.address}, which is`;
+    const what = literal !== undefined ? `${refused.address} is` : `${url.hostname} resolves to ${refused.address}, which is`;
     const others = verdicts.length > 1 ? ` (all its addresses: ${verdicts.map((v) => v.address).join(", ")})` : "";
     throw new GuardError("address", `${what} ${refused.refused}${others}; web_fetch only reaches public internet addresses`);
   }
