@@ -10,6 +10,7 @@ import { bash } from "./tools/bash.js";
 import { edit } from "./tools/edit.js";
 import { glob } from "./tools/glob.js";
 import { grep } from "./tools/grep.js";
+import { job_kill, job_list, job_output } from "./tools/jobs.js";
 import { read } from "./tools/read.js";
 import { write } from "./tools/write.js";
 
@@ -25,7 +26,7 @@ export const MAX_RESULT_BYTES = 800_000;
  * prompt prefix the provider caches, so append rather than reorder.
  */
 const MODES: Readonly<Record<string, readonly Tool[]>> = {
-  standard: [read, write, edit, glob, grep, bash],
+  standard: [read, write, edit, glob, grep, bash, job_list, job_output, job_kill],
   // One tool: a program that calls the standard tools (the whole list, appended ones included).
   code: [runCodeTool(() => MODES.standard!)],
 };

@@ -127,7 +127,7 @@ describe("code mode", () => {
     expect(result.content).toBe('Not run: in code mode bash is called from a run_code program, e.g. run_code with code: console.log(await tools.bash({"command":"touch x"}))');
     expect(ws.sandbox.ensured).toHaveLength(0);
     // And the other way round: run_code is not a standard tool.
-    expect(await call("run_code", { code: "1" }, "")).toMatchObject({ isError: true, content: "Not run: run_code is not a tool of mode standard; its tools are read, write, edit, glob, grep, bash" });
+    expect(await call("run_code", { code: "1" }, "")).toMatchObject({ isError: true, content: "Not run: run_code is not a tool of mode standard; its tools are read, write, edit, glob, grep, bash, job_list, job_output, job_kill" });
   });
 
   it("code mode - no process, require, import, fetch or Node globals inside the program, nor through a leaked error", async () => {

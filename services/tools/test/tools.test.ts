@@ -2,6 +2,7 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { spillObjectName } from "@tack/log";
+import { readForEdit, writeWholeFile } from "../src/tools/files.js";
 import { makeWorkspace, type Workspace } from "./support/call.js";
 
 let ws: Workspace;
@@ -35,11 +36,21 @@ describe("read", () => {
     expect(result.content).toContain("  2000\t2000\n\n(showing lines 1-2000 of 2500; read more with offset=2001)");
   });
 
-  it("read - stops early on long output with a clean place to continue", async () => {
+  it("read - stops before 51,200 bytes of lines with a clean place to continue", async () => {
+    // Numbered, a line takes 1,008 bytes: 50 of them fit.
     await writeFile(join(ws.root, "wide.txt"), Array.from({ length: 100 }, () => "x".repeat(1000)).join("\n"));
     const result = await ws.call("read", { path: "wide.txt" });
-    expect(result.content.length).toBeLessThan(50_000);
-    expect(result.content).toMatch(/\n\n\(showing lines 1-(\d+) of 100; read more with offset=\d+\)$/);
+    expect(result.content).toMatch(/\n\n\(showing lines 1-50 of 100; read more with offset=51\)$/);
+    // The budget counts bytes, not characters: 1,208-byte lines of 600 two-byte characters, 42 fit.
+    await writeFile(join(ws.root, "wide-utf8.txt"), Array.from({ length: 100 }, () => "é".repeat(600)).join("\n"));
+    const utf8 = await ws.call("read", { path: "wide-utf8.txt" });
+    expect(Buffer.byteLength(utf8.content.split("\n\n")[0]!) + 1).toBe(42 * 1208);
+    expect(utf8.content).toMatch(/\n\n\(showing lines 1-42 of 100; read more with offset=43\)$/);
+  });
+
+  it("read - cuts a long line after 2000 whole characters, multi-byte ones too", async () => {
+    await writeFile(join(ws.root, "wide.txt"), `${"é".repeat(1999)}€${"a".repeat(10)}\n${"€".repeat(2000)}\n`);
+    expect((await ws.call("read", { path: "wide.txt" })).content).toBe(`     1\t${"é".repeat(1999)}€... (line cut at 2000 characters)\n     2\t${"€".repeat(2000)}`);
   });
 
   it("read - cuts very long lines", async () => {
@@ -70,21 +81,61 @@ describe("read", () => {
   });
 });
 
+describe("read an image", () => {
+  const le = (value: number, bytes: number) => { const b = Buffer.alloc(bytes); b.writeUIntLE(value, 0, bytes); return b; };
+  const be = (value: number, bytes: number) => { const b = Buffer.alloc(bytes); b.writeUIntBE(value, 0, bytes); return b; };
+  const padded = (head: Buffer, size: number) => Buffer.concat([head, Buffer.alloc(size - head.length, 0x0a)]);
+  const png = padded(Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), be(13, 4), Buffer.from("IHDR"), be(640, 4), be(480, 4)]), 12 * 1024);
+  const gif = padded(Buffer.concat([Buffer.from("GIF89a"), le(32, 2), le(16, 2)]), 700);
+  // RIFF sizes with a newline and NUL bytes in them: the magic check must not read lines.
+  const webp = (chunk: Buffer) => padded(Buffer.concat([Buffer.from("RIFF"), le(0x0a, 4), Buffer.from("WEBP"), chunk]), 2048);
+  const vp8x = webp(Buffer.concat([Buffer.from("VP8X"), le(10, 4), le(0, 4), le(1919, 3), le(1079, 3)]));
+  const vp8l = webp(Buffer.concat([Buffer.from("VP8L"), le(5, 4), Buffer.from([0x2f]), le((99) | (49 << 14), 4)]));
+  const vp8 = webp(Buffer.concat([Buffer.from("VP8 "), le(10, 4), Buffer.from([0, 0, 0, 0x9d, 0x01, 0x2a]), le(300, 2), le(200, 2)]));
+  // An EXIF segment before the frame header, which holds the dimensions.
+  const app1 = Buffer.concat([Buffer.from([0xff, 0xe1]), be(0x2000, 2), Buffer.alloc(0x2000 - 2, 0x0a)]);
+  const sof0 = Buffer.concat([Buffer.from([0xff, 0xc0]), be(17, 2), Buffer.from([8]), be(1200, 2), be(1600, 2)]);
+  const jpeg = padded(Buffer.concat([Buffer.from([0xff, 0xd8]), app1, sof0]), 3 * 1024 * 1024);
+  const farJpeg = padded(Buffer.concat([Buffer.from([0xff, 0xd8]), ...Array.from({ length: 12 }, () => app1), sof0]), 200 * 1024);
+
+  it("read - describes PNG, GIF, WebP and JPEG images by their magic bytes, with dimensions from the header", async () => {
+    const cases: Array<[string, Buffer, string]> = [
+      ["shot.png", png, "PNG 640x480, 12 KB"],
+      ["anim.gif", gif, "GIF 32x16, 700 bytes"],
+      ["wide.webp", vp8x, "WebP 1920x1080, 2 KB"],
+      ["lossless.webp", vp8l, "WebP 100x50, 2 KB"],
+      ["lossy.webp", vp8, "WebP 300x200, 2 KB"],
+      // Named as something else: the bytes decide.
+      ["photo.txt", jpeg, "JPEG 1600x1200, 3.0 MB"],
+      ["far.jpg", farJpeg, "JPEG, 200 KB"],
+    ];
+    for (const [name, bytes, shown] of cases) {
+      await writeFile(join(ws.root, name), bytes);
+      expect(await ws.call("read", { path: name })).toMatchObject({ isError: false, content: `[image: ${name}, ${shown} — this model cannot view images]` });
+    }
+  });
+
+  it("read - a file that only starts like an image is text", async () => {
+    await writeFile(join(ws.root, "riff.txt"), "RIFF notes\nGIF8 is not a GIF\n");
+    expect((await ws.call("read", { path: "riff.txt" })).content).toBe("     1\tRIFF notes\n     2\tGIF8 is not a GIF");
+  });
+});
+
 describe("read a spilled result", () => {
   const spill = (callId: string, text: string, sessionId = "s1", tenant = "t1") =>
     ws.spilled.set(spillObjectName({ tenant, sessionId }, callId), Buffer.from(text, "utf8"));
 
   it("read - a tack-spill path reads the session's spilled result exactly as the same text in a file reads", async () => {
-    const text = `${lines(3000)}${"w".repeat(2500)}\n\nlast`;
+    const text = `${lines(3000)}${"w".repeat(2500)}\n${"é€".repeat(1500)}\n${"ü".repeat(30_000)}\n\nlast`;
     spill("call_7", text);
     await writeFile(join(ws.root, "same.txt"), text);
-    for (const window of [{}, { offset: 2990, limit: 5 }, { offset: 2001 }, { offset: 3001 }, { offset: 3003 }]) {
+    for (const window of [{}, { offset: 2990, limit: 5 }, { offset: 2001 }, { offset: 2980 }, { offset: 3001 }, { offset: 3005 }]) {
       const fromSpill = await ws.call("read", { path: "tack-spill:call_7", ...window });
       const fromFile = await ws.call("read", { path: "same.txt", ...window });
       expect(fromSpill).toMatchObject({ isError: false, content: fromFile.content });
     }
     const past = await ws.call("read", { path: "tack-spill:call_7", offset: 4000 });
-    expect(past).toMatchObject({ isError: true, content: "offset 4000 is past the end of tack-spill:call_7, which has 3003 lines" });
+    expect(past).toMatchObject({ isError: true, content: "offset 4000 is past the end of tack-spill:call_7, which has 3005 lines" });
   });
 
   it("read - another session's spilled result, or one that does not exist, is not found", async () => {
@@ -117,15 +168,21 @@ describe("write", () => {
 });
 
 describe("edit", () => {
+  /** Writes a file behind the tools' back (as another process would) and reads it with the read tool. */
+  const writeAndRead = async (name: string, content: string | Buffer) => {
+    await writeFile(join(ws.root, name), content);
+    await ws.call("read", { path: name });
+  };
+
   it("edit - replaces a unique occurrence exactly", async () => {
-    await writeFile(join(ws.root, "e.ts"), "const a = 1;\nconst b = 2;\n");
+    await writeAndRead("e.ts", "const a = 1;\nconst b = 2;\n");
     const result = await ws.call("edit", { path: "e.ts", old_string: "const b = 2;", new_string: "const b = '$&';" });
     expect(result).toMatchObject({ content: "Edited e.ts: replaced 1 occurrence", isError: false });
     expect(await readFile(join(ws.root, "e.ts"), "utf8")).toBe("const a = 1;\nconst b = '$&';\n");
   });
 
   it("edit - an ambiguous old_string says how many times it occurs", async () => {
-    await writeFile(join(ws.root, "e.ts"), "x\nx\nx\n");
+    await writeAndRead("e.ts", "x\nx\nx\n");
     const result = await ws.call("edit", { path: "e.ts", old_string: "x", new_string: "y" });
     expect(result.isError).toBe(true);
     expect(result.content).toContain("old_string occurs 3 times in e.ts");
@@ -133,7 +190,7 @@ describe("edit", () => {
   });
 
   it("edit - replace_all replaces every occurrence", async () => {
-    await writeFile(join(ws.root, "e.ts"), "x\nx\nx\n");
+    await writeAndRead("e.ts", "x\nx\nx\n");
     expect((await ws.call("edit", { path: "e.ts", old_string: "x", new_string: "y", replace_all: true })).content).toBe(
       "Edited e.ts: replaced 3 occurrences",
     );
@@ -141,7 +198,7 @@ describe("edit", () => {
   });
 
   it("edit - a missing old_string or file is an error", async () => {
-    await writeFile(join(ws.root, "e.ts"), "abc\n");
+    await writeAndRead("e.ts", "abc\n");
     expect(await ws.call("edit", { path: "e.ts", old_string: "zzz", new_string: "y" })).toMatchObject({
       isError: true,
       content: "old_string not found in e.ts; read the file and copy the text exactly, including whitespace",
@@ -151,11 +208,51 @@ describe("edit", () => {
   });
 
   it("edit - refuses files that are not UTF-8 instead of corrupting them", async () => {
-    await writeFile(join(ws.root, "bin.dat"), Buffer.from([0x61, 0xff, 0xfe, 0x62]));
+    await writeAndRead("bin.dat", Buffer.from([0x61, 0xff, 0xfe, 0x62]));
     expect(await ws.call("edit", { path: "bin.dat", old_string: "a", new_string: "c" })).toMatchObject({
       isError: true,
       content: "bin.dat is not UTF-8 text; change it with bash instead",
     });
+  });
+
+  it("edit - refuses a file this session never read, and leaves it alone", async () => {
+    await writeFile(join(ws.root, "e.ts"), "abc\n");
+    expect(await ws.call("edit", { path: "e.ts", old_string: "abc", new_string: "xyz" })).toMatchObject({
+      isError: true,
+      content: "read e.ts first: edit only changes a file read in this session (with read), so that old_string comes from what the file holds",
+    });
+    expect(await readFile(join(ws.root, "e.ts"), "utf8")).toBe("abc\n");
+    // Any window of it counts, under any name of the same path.
+    await writeFile(join(ws.root, "long.ts"), lines(50));
+    await ws.call("read", { path: "/workspace/./long.ts", offset: 40, limit: 2 });
+    expect(await ws.call("edit", { path: "long.ts", old_string: "line 7\n", new_string: "seven\n" })).toMatchObject({ isError: false });
+  });
+
+  it("edit - refuses a file changed since it was read, naming what changed, until it is read again", async () => {
+    await writeAndRead("e.ts", "abc\n");
+    await ws.call("bash", { command: "printf 'abc\\ndef\\n' > e.ts" });
+    const refused = await ws.call("edit", { path: "e.ts", old_string: "abc", new_string: "xyz" });
+    expect(refused.isError).toBe(true);
+    expect(refused.content).toMatch(/^e\.ts changed since you read it \(size 4 → 8 bytes, mtime \S+ \S+ \S+ → \S+ \S+ \S+\) — read it again, then edit$/);
+    expect(await readFile(join(ws.root, "e.ts"), "utf8")).toBe("abc\ndef\n");
+    await ws.call("read", { path: "e.ts" });
+    expect(await ws.call("edit", { path: "e.ts", old_string: "abc", new_string: "xyz" })).toMatchObject({ isError: false });
+  });
+
+  it("edit - a file this session wrote or edited is known: edits follow each other without reads", async () => {
+    await ws.call("write", { path: "new.ts", content: "one\n" });
+    expect(await ws.call("edit", { path: "new.ts", old_string: "one", new_string: "two" })).toMatchObject({ isError: false });
+    expect(await ws.call("edit", { path: "new.ts", old_string: "two", new_string: "three" })).toMatchObject({ isError: false });
+    expect(await readFile(join(ws.root, "new.ts"), "utf8")).toBe("three\n");
+  });
+
+  it("edit - the write back refuses a file that changed after the edit read it", async () => {
+    await writeAndRead("e.ts", "abc\n");
+    const ctx = { sessionId: "s1", callId: "c1", signal: new AbortController().signal, sandbox: ws.sandbox, mode: "workspace-write" as const, spilled: async () => undefined };
+    const { stamp } = await readForEdit(ctx, "e.ts");
+    await writeFile(join(ws.root, "e.ts"), "changed meanwhile\n");
+    await expect(writeWholeFile(ctx, "e.ts", "xyz\n", stamp)).rejects.toThrow(/^e\.ts changed since you read it \(size 4 → 18 bytes/);
+    expect(await readFile(join(ws.root, "e.ts"), "utf8")).toBe("changed meanwhile\n");
   });
 });
 
@@ -177,6 +274,29 @@ describe("bash", () => {
     expect(performance.now() - started).toBeLessThan(10_000);
     expect(result.isError).toBe(true);
     expect(result.content).toMatch(/^started\ntimed out after 500 ms\nexit code: \d+$/);
+  });
+
+  it("bash - workdir runs the command in a directory of the workspace, given relative or absolute", async () => {
+    await mkdir(join(ws.root, "sub/dir"), { recursive: true });
+    await writeFile(join(ws.root, "sub/dir/here.txt"), "");
+    expect(await ws.call("bash", { command: "ls", workdir: "sub/dir" })).toMatchObject({ isError: false, content: "here.txt\nexit code: 0" });
+    expect(await ws.call("bash", { command: "ls", workdir: "/workspace/sub/./dir/" })).toMatchObject({ isError: false, content: "here.txt\nexit code: 0" });
+    // Line numbers in errors stay the command's own.
+    expect((await ws.call("bash", { command: "echo $LINENO", workdir: "sub" })).content).toBe("1\nexit code: 0");
+  });
+
+  it("bash - a workdir outside /workspace is refused before anything runs, a missing one says so", async () => {
+    for (const workdir of ["..", "/etc", "sub/../../x", "/workspace-other"]) {
+      expect(await ws.call("bash", { command: "touch ran", workdir })).toMatchObject({
+        isError: true,
+        content: `workdir ${workdir} is outside /workspace; commands run only in the workspace: give a directory in it, relative (src) or absolute (/workspace/src)`,
+      });
+    }
+    expect(await ws.call("bash", { command: "touch ran", workdir: "nope" })).toMatchObject({
+      isError: true,
+      content: "workdir nope is not a directory in /workspace; create it first (mkdir -p) or leave workdir out",
+    });
+    expect(ws.sandbox.executed.map((request) => request.argv.join(" ")).filter((argv) => argv.includes("touch ran"))).toHaveLength(1);
   });
 
   it("bash - a timeout over 600000 ms is invalid", async () => {

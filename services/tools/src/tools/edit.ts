@@ -2,9 +2,14 @@ import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { escalationParameters } from "../permissions.js";
 import { defineTool, ToolError } from "../tool.js";
-import { argvString, readWholeFile, requireWritable, writeWholeFile } from "./files.js";
+import { argvString, readForEdit, requireWritable, writeWholeFile } from "./files.js";
 
-/** edit: exact string replacement in a file, done here between a whole-file read and write; denied before running in read-only mode. */
+/**
+ * edit: exact string replacement in a file, done here between a whole-file read and write; denied
+ * before running in read-only mode. Only a file this session read (or wrote) and that has not
+ * changed since, checked by the read and again by the write (see `readForEdit`), so that
+ * old_string comes from what the file holds and no change made meanwhile is overwritten.
+ */
 export const edit = defineTool({
   name: "edit",
   description: readFileSync(new URL("./edit.txt", import.meta.url), "utf8").trim(),
@@ -15,10 +20,11 @@ export const edit = defineTool({
     replace_all: z.boolean().default(false).describe("Replace every occurrence instead of exactly one"),
     ...escalationParameters,
   }),
+  deniable: ["writes"],
   async execute({ path, old_string, new_string, replace_all }, ctx) {
     requireWritable(ctx, `editing ${path}`);
     if (old_string === new_string) throw new ToolError("old_string and new_string are identical; nothing to change");
-    const content = await readWholeFile(ctx, path);
+    const { content, stamp } = await readForEdit(ctx, path);
     const parts = content.split(old_string);
     const count = parts.length - 1;
     if (count === 0) throw new ToolError(`old_string not found in ${path}; read the file and copy the text exactly, including whitespace`);
@@ -26,7 +32,7 @@ export const edit = defineTool({
       throw new ToolError(`old_string occurs ${count} times in ${path}; add surrounding lines to make it unique, or set replace_all to replace every occurrence`);
     }
     // split/join rather than String.replace, whose replacement string gives `$&` and friends a meaning.
-    await writeWholeFile(ctx, path, parts.join(new_string));
+    await writeWholeFile(ctx, path, parts.join(new_string), stamp);
     return `Edited ${path}: replaced ${count} occurrence${count === 1 ? "" : "s"}`;
   },
 });

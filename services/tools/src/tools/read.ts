@@ -3,20 +3,37 @@ import { parseSpillPath } from "@tack/log";
 import { z } from "zod";
 import { defineTool, ToolError, type ToolContext } from "../tool.js";
 import { exec } from "./exec.js";
-import { argvString, CHECK_FILE, fileFailure, sandboxPath } from "./files.js";
+import { argvString, CHECK_FILE, fileFailure, readKey, recordRead, sandboxPath } from "./files.js";
+import { IMAGE_HEAD_BYTES, imageFormat, imageSize, sizeText } from "./images.js";
 
 /** Lines read when the model gives no limit. */
 const DEFAULT_LIMIT = 2000;
-/** Longer lines are cut so that one minified line cannot fill the result. */
+/** Longer lines are cut (at this many characters) so that one minified line cannot fill the result. */
 const MAX_LINE_CHARS = 2000;
-/** Stop adding lines past this many characters, far below the wrapper's cap and the loop's spill threshold, so the model gets a clean place to continue. */
-const MAX_READ_CHARS = 40_000;
+/** Stop adding lines past this many bytes, far below the wrapper's cap and the loop's spill threshold, so the model gets a clean place to continue. */
+const MAX_READ_BYTES = 51_200;
 
-// Prints the selected lines `cat -n` style, then the file's total line count as the last line.
-const SCRIPT = `${CHECK_FILE} awk -v start="$2" -v limit="$3" -v budget="$4" -v width="$5" '
+/**
+ * Records the read (see files.ts), then prints the selected lines `cat -n` style and the file's
+ * total line count as the last line; or, for an image (by its magic bytes), `image <size>` and its
+ * first bytes in base64. awk runs on bytes (C locale) so the budget is in bytes, and counts
+ * characters itself: a cut line keeps MAX_LINE_CHARS whole UTF-8 characters.
+ */
+const SCRIPT = `${CHECK_FILE} export LC_ALL=C; ${recordRead('"$6"')}
+IFS= read -r -d '' -n 12 magic < "$1"
+case $magic in
+  $'\\x89PNG\\r\\n\\x1a\\n'* | $'\\xff\\xd8\\xff'* | GIF8[79]a* ) image=1 ;;
+  RIFF*) [ "$(head -c 12 -- "$1" | tail -c 4)" = WEBP ] && image=1 ;;
+esac
+if [ -n "$image" ]; then printf 'image %s\\n' "$(stat -c %s -- "$1")"; head -c "$7" -- "$1" | base64 -w 0; exit; fi
+awk -v start="$2" -v limit="$3" -v budget="$4" -v width="$5" '
 NR >= start && shown < limit && !full {
   line = $0
-  if (length(line) > width) line = substr(line, 1, width) "... (line cut at " width " characters)"
+  if (length(line) > width) {
+    chars = 0
+    for (k = 1; k <= length(line); k++) if (substr(line, k, 1) !~ /[\\200-\\277]/ && ++chars > width) break
+    if (k <= length(line)) line = substr(line, 1, k - 1) "... (line cut at " width " characters)"
+  }
   out = sprintf("%6d\\t%s", NR, line)
   if (shown > 0 && used + length(out) + 1 > budget) full = 1
   else { print out; shown++; used += length(out) + 1 }
@@ -24,8 +41,10 @@ NR >= start && shown < limit && !full {
 END { print NR }' < "$1"`;
 
 /**
- * read: numbered lines of a text file, a window at a time. A `tack-spill:<call id>` path reads
- * a tool result of this session that was too large for the log, from the object store, the same way.
+ * read: numbered lines of a text file, a window at a time, recorded as read for `edit`. A
+ * `tack-spill:<call id>` path reads a tool result of this session that was too large for the
+ * log, from the object store, the same way. An image is described (format, dimensions, size):
+ * tool results carry text only, so no model sees its pixels yet (tools/README.md).
  */
 export const read = defineTool({
   name: "read",
@@ -37,7 +56,9 @@ export const read = defineTool({
   }),
   async execute({ path, offset = 1, limit }, ctx) {
     const spilled = parseSpillPath(path);
-    const { lines, total } = spilled === undefined ? await fileWindow(path, offset, limit, ctx) : await spillWindow(spilled, path, offset, limit, ctx.spilled);
+    const window = spilled === undefined ? await fileWindow(path, offset, limit, ctx) : await spillWindow(spilled, path, offset, limit, ctx.spilled);
+    if ("image" in window) return window.image;
+    const { lines, total } = window;
     if (total === 0) return `(${path} is empty)`;
     if (offset > total) throw new ToolError(`offset ${offset} is past the end of ${path}, which has ${total} lines`);
     const last = offset + lines.split("\n").length - 1;
@@ -46,20 +67,34 @@ export const read = defineTool({
   },
 });
 
-/** The selected lines of a file in the sandbox, numbered, and the file's line count. */
-async function fileWindow(path: string, offset: number, limit: number, ctx: ToolContext): Promise<{ lines: string; total: number }> {
-  const argv = ["bash", "-c", SCRIPT, "read", sandboxPath(path), String(offset), String(limit), String(MAX_READ_CHARS), String(MAX_LINE_CHARS)];
+type Window = { lines: string; total: number } | { image: string };
+
+/** The selected lines of a file in the sandbox, numbered, and the file's line count; or the description of an image. */
+async function fileWindow(path: string, offset: number, limit: number, ctx: ToolContext): Promise<Window> {
+  const argv = ["bash", "-c", SCRIPT, "read", sandboxPath(path), String(offset), String(limit), String(MAX_READ_BYTES), String(MAX_LINE_CHARS), readKey(path), String(IMAGE_HEAD_BYTES)];
   const result = await exec(ctx, argv);
   if (result.exitCode !== 0 || result.timedOut) throw fileFailure(result, path, "read");
+  if (result.stdout.startsWith("image ")) return { image: describeImage(path, result.stdout) };
   const output = result.stdout.replace(/\n$/, "");
   const split = output.lastIndexOf("\n");
   return { total: Number(output.slice(split + 1)), lines: split < 0 ? "" : output.slice(0, split) };
 }
 
-/** The same window over a spilled result, numbered the way SCRIPT numbers a file's lines. */
+/** `[image: path, PNG 640x480, 12 KB — ...]` from SCRIPT's `image <size>` line and the image's first bytes. */
+function describeImage(path: string, stdout: string): string {
+  const split = stdout.indexOf("\n");
+  const size = Number(stdout.slice("image ".length, split));
+  const head = Buffer.from(stdout.slice(split + 1), "base64");
+  const format = imageFormat(head) ?? "image";
+  const dimensions = format === "image" ? undefined : imageSize(format, head);
+  const shown = [format, dimensions && `${dimensions.width}x${dimensions.height}`].filter(Boolean).join(" ");
+  return `[image: ${path}, ${shown}, ${sizeText(size)} — this model cannot view images]`;
+}
+
+/** The same window over a spilled result, numbered, cut and budgeted the way SCRIPT does a file's lines. */
 async function spillWindow(
   callId: string, path: string, offset: number, limit: number, spilled: (callId: string) => Promise<Uint8Array | undefined>,
-): Promise<{ lines: string; total: number }> {
+): Promise<Window> {
   const bytes = await spilled(callId);
   if (!bytes) throw new ToolError(`No spilled result ${path} in this session; use the exact path given in the note of the shortened tool result`);
   const all = Buffer.from(bytes).toString("utf8").split("\n");
@@ -67,12 +102,20 @@ async function spillWindow(
   const out: string[] = [];
   let used = 0;
   for (let n = offset; n <= all.length && out.length < limit; n++) {
-    let line = all[n - 1]!;
-    if (line.length > MAX_LINE_CHARS) line = `${line.slice(0, MAX_LINE_CHARS)}... (line cut at ${MAX_LINE_CHARS} characters)`;
-    const numbered = `${String(n).padStart(6)}\t${line}`;
-    if (out.length > 0 && used + numbered.length + 1 > MAX_READ_CHARS) break;
+    const numbered = `${String(n).padStart(6)}\t${cutLine(all[n - 1]!)}`;
+    const size = Buffer.byteLength(numbered) + 1;
+    if (out.length > 0 && used + size > MAX_READ_BYTES) break;
     out.push(numbered);
-    used += numbered.length + 1;
+    used += size;
   }
   return { lines: out.join("\n"), total: all.length };
+}
+
+/** `line` cut after MAX_LINE_CHARS characters (code points, as SCRIPT counts them), with the note SCRIPT adds. */
+function cutLine(line: string): string {
+  // UTF-16 length is at least the code point count: most lines are done here.
+  if (line.length <= MAX_LINE_CHARS) return line;
+  let end = 0;
+  for (let chars = 0; chars < MAX_LINE_CHARS && end < line.length; chars++) end += line.codePointAt(end)! > 0xffff ? 2 : 1;
+  return end < line.length ? `${line.slice(0, end)}... (line cut at ${MAX_LINE_CHARS} characters)` : line;
 }

@@ -9,6 +9,8 @@ import { LocalSandboxClient } from "./local-sandbox.js";
 /** A temp directory standing in for a session's workspace, and a way to call tools in it. */
 export interface Workspace {
   readonly root: string;
+  /** The commands' TMPDIR, standing in for the container's /tmp. */
+  readonly tmp: string;
   readonly sandbox: LocalSandboxClient;
   /** In-memory stand-in for the spill bucket, by object name (the real bucket is tested in bus.test.ts). */
   readonly spilled: Map<string, Uint8Array>;
@@ -20,12 +22,14 @@ export interface Workspace {
 /** Creates a fresh workspace under the OS temp directory. */
 export async function makeWorkspace(): Promise<Workspace> {
   const root = await mkdtemp(join(tmpdir(), "tack-tools-"));
-  const sandbox = new LocalSandboxClient(root);
+  const tmp = await mkdtemp(join(tmpdir(), "tack-tools-tmp-"));
+  const sandbox = new LocalSandboxClient(root, tmp);
   const signal = new AbortController().signal;
   const spilled = new Map<string, Uint8Array>();
   const spills = { get: async (address: { tenant: string; sessionId: string }, callId: string) => spilled.get(spillObjectName(address, callId)) };
   return {
     root,
+    tmp,
     sandbox,
     spilled,
     call: (name, args, mode = "workspace-write") =>
@@ -43,6 +47,9 @@ export async function makeWorkspace(): Promise<Workspace> {
         },
         { sandbox, spills, signal },
       ),
-    remove: () => rm(root, { recursive: true, force: true }),
+    remove: async () => {
+      await rm(root, { recursive: true, force: true });
+      await rm(tmp, { recursive: true, force: true });
+    },
   };
 }

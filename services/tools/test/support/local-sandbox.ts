@@ -10,7 +10,8 @@ const WORKSPACE = "/workspace";
  * Unit-test SandboxClient: runs argv with child_process on this host, with `root` standing
  * in for the container's /workspace (as the working directory; argv is passed unchanged, so
  * tests use relative paths). It isolates nothing and ignores the mode, so tests fake what a mode
- * denies by printing its error, and it never leaves the test directory.
+ * denies by printing its error, and it never leaves the test directory. `tmp`, when given, is the
+ * commands' TMPDIR: where the tools keep their records in the container's /tmp (reads, jobs).
  */
 export class LocalSandboxClient implements SandboxClient {
   /** Every ensure request received, for assertions. */
@@ -18,9 +19,11 @@ export class LocalSandboxClient implements SandboxClient {
   /** Every exec request received, for assertions. */
   readonly executed: ExecRequest[] = [];
   readonly #root: string;
+  readonly #tmp: string | undefined;
 
-  constructor(root: string) {
+  constructor(root: string, tmp?: string) {
     this.#root = root;
+    this.#tmp = tmp;
   }
 
   async ensure(request: EnsureSandboxRequest): Promise<void> {
@@ -39,7 +42,7 @@ export class LocalSandboxClient implements SandboxClient {
       const [file, ...args] = request.argv;
       // detached: the child leads its own process group, so a kill reaches what it started too.
       // A bare environment, like the container's: none of the host's variables or login profile.
-      const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: this.#root };
+      const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: this.#root, ...(this.#tmp && { TMPDIR: this.#tmp }) };
       const child = spawn(file ?? "", args, { cwd: hostCwd, env, detached: true, stdio: "pipe" });
       const stdout = collect(maxBytes);
       const stderr = collect(maxBytes);
