@@ -88,6 +88,19 @@ describe("tools in the sandbox", () => {
     }
   });
 
+  it("sandbox tools - a retried start replays the first attempt: one job, named by the same id", async () => {
+    await h.logSession("s-retry", "acme", workspace);
+    const start = (attempt: number) => callTool(
+      { sessionId: "s-retry", tenant: "acme", callId: "call-start", name: "bash", arguments: JSON.stringify({ command: "sleep 120", run_in_background: true }), workspace, sandboxMode: "workspace-write", attempt, firstAttemptAtMs: Date.now() },
+      { sandbox: new BusSandboxClient(h.bus), spills: { get: async () => undefined }, signal: new AbortController().signal },
+    );
+    const first = await start(1);
+    const retried = await start(2);
+    expect(retried).toMatchObject({ replayed: true, content: first.content, isError: false });
+    const id = /job (j[0-9a-f]{6})/.exec(first.content)![1]!;
+    expect((await call("s-retry", "job_list", {})).content).toMatch(new RegExp(`^1 background job \\(.*\\n${id}  running `));
+  });
+
   it("sandbox tools - at most 10 jobs run at once in a container", async () => {
     for (let i = 0; i < 10; i++) await startJob("s-limit", `sleep 120 # ${i}`);
     const refused = await call("s-limit", "bash", { command: "sleep 1", run_in_background: true });

@@ -51,7 +51,7 @@ printf '%s' "$3" > "$j/cmd"; printf '%s' "$EPOCHREALTIME" > "$j/start"
 setsid bash -c 'trap : TERM; bash -c "$1" > "$2/out" 2>&1 < /dev/null; code=$?
 printf "%s" "$EPOCHREALTIME" > "$2/end"; printf "%s" "$code" > "$2/exit.new"; mv "$2/exit.new" "$2/exit"' tack-job "$3" "$j" < /dev/null > /dev/null 2>&1 9>&- &
 printf '%s' "$!" > "$j/pid"
-printf '%s\\n' "$!"`;
+printf '%s %s\\n' "$1" "$!"`;
 
 // Per job: id, state, start, end (empty while running), then the command and a NUL. First line: the container's clock.
 const LIST = `${PRELUDE}printf '%s\\n' "$EPOCHREALTIME"
@@ -110,14 +110,15 @@ function jobId() {
  * returns the text of bash's result: the job's id, pid and command.
  */
 export async function startJob(ctx: ToolContext, command: string, dir: string, workdir: string | undefined): Promise<string> {
-  const id = `j${randomBytes(3).toString("hex")}`;
-  const result = await exec(ctx, ["bash", "-c", START, "job", id, dir, command, String(MAX_RUNNING_JOBS)]);
+  const result = await exec(ctx, ["bash", "-c", START, "job", `j${randomBytes(3).toString("hex")}`, dir, command, String(MAX_RUNNING_JOBS)]);
   if (result.exitCode === 7) throw new ToolError(noWorkdir(workdir ?? dir));
   if (result.exitCode === 8) {
     throw new ToolError(`Not started: ${MAX_RUNNING_JOBS} background jobs are already running in this sandbox, the most it runs at once; stop one with job_kill (or wait for one to end) and start this again. Running:\n${result.stdout.trimEnd()}`);
   }
   if (result.exitCode !== 0 || result.timedOut) throw new ToolError(`Could not start the background job: ${result.stderr.trim() || (result.timedOut ? "timed out" : `exit code ${result.exitCode}`)}`);
-  return `Started background job ${id} (pid ${result.stdout.trim()}): ${shown(command)}\nIt runs on after this call, until it ends, job_kill stops it or the sandbox goes; job_output ${id} returns its output.`;
+  // The id as the script printed it: a retried call replays the first attempt's output, which named that attempt's id.
+  const [id, pid] = result.stdout.trim().split(" ");
+  return `Started background job ${id} (pid ${pid}): ${shown(command)}\nIt runs on after this call, until it ends, job_kill stops it or the sandbox goes; job_output ${id} returns its output.`;
 }
 
 /** The error for a workdir that is not a directory in the sandbox. */
