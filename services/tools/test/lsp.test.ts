@@ -158,7 +158,7 @@ describe("lsp", () => {
     const brokers = async () => (await h.exec(SESSION, ["pgrep", "-f", "^node /tmp/tack-lsp/broker-"])).stdout.trim().split("\n").filter(Boolean);
     const [old] = await brokers();
     await h.exec(SESSION, ["kill", "-KILL", old!]);
-    expect((await h.exec(SESSION, ["bash", "-c", "ls /tmp/tack-lsp/*.sock"])).stdout).toMatch(/broker-[0-9a-f]{16}\.sock/);
+    // Under runc its socket file stays (gVisor removes it): the client must not take that for a live broker.
     expect(await call({ operation: "hover", path: "src/main.ts", line: 3, character: 7 })).toBe("```typescript\nconst square: Shape\n```");
     const now = await brokers();
     expect(now).toHaveLength(1);
