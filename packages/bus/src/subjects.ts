@@ -10,6 +10,8 @@ export interface Names {
   readonly llmCount: string;
   readonly toolsCall: string;
   readonly toolsList: string;
+  /** State of web_search's providers (one token under `tools.`, like the others, so the tools user's `<ns>.tools.*` grant covers it). */
+  readonly toolsWebHealth: string;
   readonly sandboxEnsure: string;
   readonly sandboxExec: string;
   readonly sandboxRelease: string;
@@ -70,6 +72,7 @@ export function names(namespace = "tack"): Names {
     llmCount: `${namespace}.llm.count`,
     toolsCall: `${namespace}.tools.call`,
     toolsList: `${namespace}.tools.list`,
+    toolsWebHealth: `${namespace}.tools.web_health`,
     sandboxEnsure: `${namespace}.sandbox.ensure`,
     sandboxExec: `${namespace}.sandbox.exec`,
     sandboxRelease: `${namespace}.sandbox.release`,

@@ -5,7 +5,7 @@ export { ApprovalAsked, ApprovalDecided, ApprovalPolicySet, AssistantChunks, Ass
 export { CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, DeleteSessionRequest, DeleteSessionResponse, SetSandboxModeRequest, SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse } from "./gen/tack/loop/v1/loop.js";
 export { ChatMessage, Role, ToolCall, ToolSpec, Usage, roleFromJSON, roleToJSON, roleToNumber } from "./gen/tack/model/v1/model.js";
 export { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ListProcessesRequest, ListProcessesResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, SandboxProcess } from "./gen/tack/sandbox/v1/sandbox.js";
-export { CallToolRequest, CallToolResponse, DefinedTool, DefinedTools, HopRetry, InnerCall, ListToolsRequest, ListToolsResponse } from "./gen/tack/tools/v1/tools.js";
+export { CallToolRequest, CallToolResponse, DefinedTool, DefinedTools, HopRetry, InnerCall, ListToolsRequest, ListToolsResponse, WebSearchHealthRequest, WebSearchHealthResponse, WebSearchProviderHealth } from "./gen/tack/tools/v1/tools.js";
 export { CreateWorkspaceRequest, CreateWorkspaceResponse, DeleteWorkspaceRequest, DeleteWorkspaceResponse, ExportWorkspaceRequest, ExportWorkspaceResponse } from "./gen/tack/workspace/v1/workspace.js";
 export { Timestamp } from "./gen/google/protobuf/timestamp.js";
 export { EVENT_CATALOG, type EventPayloadCase, type EventTypeInfo } from "./gen/catalog.js";

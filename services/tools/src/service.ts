@@ -1,10 +1,11 @@
 import { assertToken, Bus, TackError, type BusAuth } from "@tack/bus";
 import { registerMicro } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
-import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
+import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, WebSearchHealthRequest, WebSearchHealthResponse } from "@tack/proto";
 import { callTool, listTools } from "./registry.js";
 import { BusSandboxClient, sandboxRetryPolicy } from "./sandbox.js";
 import type { SpillReader } from "./tool.js";
+import { webSearchHealth } from "./web/search.js";
 
 /** How to start a tools service. */
 export interface ToolsServiceOptions {
@@ -64,6 +65,7 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
     bus.serve(bus.names.toolsCall, QUEUE, CallToolRequest, CallToolResponse, (request) =>
       track(callTool(request, { sandbox, spills, signal: stopping.signal, retry })),
     ),
+    bus.serve(bus.names.toolsWebHealth, QUEUE, WebSearchHealthRequest, WebSearchHealthResponse, (request) => webSearchHealth(request)),
   ];
   // Discoverable as micro-service tack-tools ($SRV.PING/INFO/STATS) once it serves.
   await registerMicro(bus, { service: "tools", description: "the agent's tools, run in the session's sandbox" });

@@ -18,7 +18,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const hash = process.argv[2];
 /** A server unused this long is stopped (it holds the project in memory); the broker exits once none is left. */
-const IDLE_MS = Number(process.env.TACK_LSP_IDLE_MS) || 10 * 60_000;
+const IDLE_MS = 10 * 60_000;
 /** How long a server gets to answer `initialize`. */
 const START_TIMEOUT_MS = 30_000;
 /** How much of a server's stderr is kept for error messages. */

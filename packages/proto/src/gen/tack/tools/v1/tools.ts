@@ -99,6 +99,32 @@ export interface HopRetry {
   delayMs: number;
 }
 
+/** WebSearchHealthRequest asks for the state of each web_search provider (`<ns>.tools.web_health`). */
+export interface WebSearchHealthRequest {
+  /** Probe every configured provider now instead of answering from states younger than the cache age (a probe may cost a query). */
+  refresh: boolean;
+}
+
+export interface WebSearchHealthResponse {
+  providers: WebSearchProviderHealth[];
+  /** Id of the provider web_search calls go to; empty when none is (selection_error says why). */
+  selected: string;
+  selectionError: string;
+}
+
+/** WebSearchProviderHealth is one provider's state: configured (has a key), selected, and whether its last call or probe worked. */
+export interface WebSearchProviderHealth {
+  id: string;
+  name: string;
+  configured: boolean;
+  selected: boolean;
+  healthy: boolean;
+  /** What was seen (HTTP status, provider message, what to do); never a key. */
+  detail: string;
+  /** When healthy and detail were established (ms since the epoch). */
+  checkedAtMs: number;
+}
+
 function createBaseListToolsRequest(): ListToolsRequest {
   return { mode: "", defined: undefined };
 }
@@ -1167,6 +1193,349 @@ export const HopRetry: MessageFns<HopRetry> = {
     message.code = object.code ?? "";
     message.message = object.message ?? "";
     message.delayMs = object.delayMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseWebSearchHealthRequest(): WebSearchHealthRequest {
+  return { refresh: false };
+}
+
+export const WebSearchHealthRequest: MessageFns<WebSearchHealthRequest> = {
+  encode(message: WebSearchHealthRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.refresh !== false) {
+      writer.uint32(8).bool(message.refresh);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WebSearchHealthRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWebSearchHealthRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.refresh = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WebSearchHealthRequest {
+    return { refresh: isSet(object.refresh) ? globalThis.Boolean(object.refresh) : false };
+  },
+
+  toJSON(message: WebSearchHealthRequest): unknown {
+    const obj: any = {};
+    if (message.refresh !== false) {
+      obj.refresh = message.refresh;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WebSearchHealthRequest>, I>>(base?: I): WebSearchHealthRequest {
+    return WebSearchHealthRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WebSearchHealthRequest>, I>>(object: I): WebSearchHealthRequest {
+    const message = createBaseWebSearchHealthRequest();
+    message.refresh = object.refresh ?? false;
+    return message;
+  },
+};
+
+function createBaseWebSearchHealthResponse(): WebSearchHealthResponse {
+  return { providers: [], selected: "", selectionError: "" };
+}
+
+export const WebSearchHealthResponse: MessageFns<WebSearchHealthResponse> = {
+  encode(message: WebSearchHealthResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.providers) {
+      WebSearchProviderHealth.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.selected !== "") {
+      writer.uint32(18).string(message.selected);
+    }
+    if (message.selectionError !== "") {
+      writer.uint32(26).string(message.selectionError);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WebSearchHealthResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWebSearchHealthResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.providers.push(WebSearchProviderHealth.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.selected = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.selectionError = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WebSearchHealthResponse {
+    return {
+      providers: globalThis.Array.isArray(object?.providers)
+        ? object.providers.map((e: any) => WebSearchProviderHealth.fromJSON(e))
+        : [],
+      selected: isSet(object.selected) ? globalThis.String(object.selected) : "",
+      selectionError: isSet(object.selectionError)
+        ? globalThis.String(object.selectionError)
+        : isSet(object.selection_error)
+        ? globalThis.String(object.selection_error)
+        : "",
+    };
+  },
+
+  toJSON(message: WebSearchHealthResponse): unknown {
+    const obj: any = {};
+    if (message.providers?.length) {
+      obj.providers = message.providers.map((e) => WebSearchProviderHealth.toJSON(e));
+    }
+    if (message.selected !== "") {
+      obj.selected = message.selected;
+    }
+    if (message.selectionError !== "") {
+      obj.selectionError = message.selectionError;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WebSearchHealthResponse>, I>>(base?: I): WebSearchHealthResponse {
+    return WebSearchHealthResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WebSearchHealthResponse>, I>>(object: I): WebSearchHealthResponse {
+    const message = createBaseWebSearchHealthResponse();
+    message.providers = object.providers?.map((e) => WebSearchProviderHealth.fromPartial(e)) || [];
+    message.selected = object.selected ?? "";
+    message.selectionError = object.selectionError ?? "";
+    return message;
+  },
+};
+
+function createBaseWebSearchProviderHealth(): WebSearchProviderHealth {
+  return { id: "", name: "", configured: false, selected: false, healthy: false, detail: "", checkedAtMs: 0 };
+}
+
+export const WebSearchProviderHealth: MessageFns<WebSearchProviderHealth> = {
+  encode(message: WebSearchProviderHealth, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.configured !== false) {
+      writer.uint32(24).bool(message.configured);
+    }
+    if (message.selected !== false) {
+      writer.uint32(32).bool(message.selected);
+    }
+    if (message.healthy !== false) {
+      writer.uint32(40).bool(message.healthy);
+    }
+    if (message.detail !== "") {
+      writer.uint32(50).string(message.detail);
+    }
+    if (message.checkedAtMs !== 0) {
+      writer.uint32(56).uint64(message.checkedAtMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WebSearchProviderHealth {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWebSearchProviderHealth();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.configured = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.selected = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.healthy = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.detail = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.checkedAtMs = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WebSearchProviderHealth {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      configured: isSet(object.configured) ? globalThis.Boolean(object.configured) : false,
+      selected: isSet(object.selected) ? globalThis.Boolean(object.selected) : false,
+      healthy: isSet(object.healthy) ? globalThis.Boolean(object.healthy) : false,
+      detail: isSet(object.detail) ? globalThis.String(object.detail) : "",
+      checkedAtMs: isSet(object.checkedAtMs)
+        ? globalThis.Number(object.checkedAtMs)
+        : isSet(object.checked_at_ms)
+        ? globalThis.Number(object.checked_at_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: WebSearchProviderHealth): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.configured !== false) {
+      obj.configured = message.configured;
+    }
+    if (message.selected !== false) {
+      obj.selected = message.selected;
+    }
+    if (message.healthy !== false) {
+      obj.healthy = message.healthy;
+    }
+    if (message.detail !== "") {
+      obj.detail = message.detail;
+    }
+    if (message.checkedAtMs !== 0) {
+      obj.checkedAtMs = Math.round(message.checkedAtMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WebSearchProviderHealth>, I>>(base?: I): WebSearchProviderHealth {
+    return WebSearchProviderHealth.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WebSearchProviderHealth>, I>>(object: I): WebSearchProviderHealth {
+    const message = createBaseWebSearchProviderHealth();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.configured = object.configured ?? false;
+    message.selected = object.selected ?? false;
+    message.healthy = object.healthy ?? false;
+    message.detail = object.detail ?? "";
+    message.checkedAtMs = object.checkedAtMs ?? 0;
     return message;
   },
 };
