@@ -23,6 +23,7 @@ import { createSession, getSession, listSessions, submitMessage, type GatewayCon
 import { SessionIndex } from "./store.js";
 import { traceRequest } from "./tracing.js";
 import { WorkspaceIndex, WorkspaceRoutes } from "./workspaces.js";
+import { webSearchHealth } from "./web.js";
 
 /** A running gateway. */
 export interface Gateway {
@@ -86,6 +87,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       { method: "GET", pattern: "/v1/sessions/:id/context", handler: sessionContext(context) },
       { method: "GET", pattern: "/v1/usage", handler: tenantUsage(context) },
       { method: "GET", pattern: "/v1/audit", handler: listAudit(context.audit) },
+      { method: "GET", pattern: "/v1/web/search/health", handler: webSearchHealth(context) },
       { method: "POST", pattern: "/v1/workspaces", handler: workspaceRoutes.create() },
       { method: "GET", pattern: "/v1/workspaces", handler: workspaceRoutes.list() },
       { method: "GET", pattern: "/v1/workspaces/:id/archive", handler: workspaceRoutes.archive() },
