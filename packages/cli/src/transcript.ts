@@ -189,6 +189,24 @@ export function summarize(event: Event): string {
       const r = payload.value;
       return `${r.callId || "tool list"} via ${r.hop}: attempt ${r.attempt} failed (${r.code}); retrying in ${r.delayMs} ms`;
     }
+    case "todoUpdated":
+      return `${plural(payload.value.items.length, "task")}: ${payload.value.items.map((i) => `[${i.status}] ${oneLine(i.content, 40)}`).join("; ")}`;
+    case "questionAsked":
+      return `${payload.value.callId}: ${payload.value.questions.map((q) => oneLine(q.question, 60)).join(" / ")}`;
+    case "questionAnswered":
+      return `${payload.value.callId} ${payload.value.outcome} by ${payload.value.answeredBy}`;
+    case "planMode":
+      return `${payload.value.on ? "on" : "off"} by ${payload.value.changedBy}`;
+    case "planSubmitted":
+      return `${payload.value.callId}: ${oneLine(payload.value.plan, 100)}`;
+    case "planDecided":
+      return `${payload.value.callId} ${payload.value.decision} by ${payload.value.decidedBy}${payload.value.feedback ? `: ${oneLine(payload.value.feedback, 80)}` : ""}`;
+    case "toolInner": {
+      const c = payload.value;
+      return `${c.parentCallId}.${c.index} ${c.name} ${c.isError ? "error" : "ok"}: ${oneLine(c.content, 80)}`;
+    }
+    case "sessionMode":
+      return `${payload.value.mode} by ${payload.value.changedBy}`;
   }
 }
 

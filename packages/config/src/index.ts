@@ -72,7 +72,7 @@ function errorCode(error: unknown): string {
   return typeof code === "string" ? code : "internal";
 }
 
-export { ALLOWED_FROM, DENIABLE_BY_TOOL, isSandboxMode, modeRank, SANDBOX_MODES, type Denied, type SandboxMode } from "./sandbox-modes.js";
+export { ALLOWED_FROM, isSandboxMode, modeRank, SANDBOX_MODES, type Denied, type SandboxMode } from "./sandbox-modes.js";
 export { compileOperatorConfig, INSTALL_DIR, isInside, loadOperatorConfig, LOG_REPLICAS, OperatorConfigError, tenantPolicy, type ConfiguredKey, type LogReplicas, type OperatorConfig, type TenantPolicy } from "./operator.js";
 export { authorizeWorkspace, managedWorkspacePath, managedWorkspacesDir, WorkspaceAccessError, type AuthorizedWorkspace, type WorkspaceRefusal } from "./workspaces.js";
 export { BusCredentialsError, busAuthFromEnv, readBusCredentials } from "./bus-credentials.js";

@@ -21,6 +21,3 @@ export const ALLOWED_FROM = { writes: "workspace-write", network: "danger-full-a
 
 /** Something a sandbox mode can deny: writing to the workspace, or reaching the network. */
 export type Denied = keyof typeof ALLOWED_FROM;
-
-/** What each tool can be denied; tools not listed take no `sandbox_permissions`. */
-export const DENIABLE_BY_TOOL: Readonly<Record<string, readonly Denied[]>> = { write: ["writes"], edit: ["writes"], bash: ["writes", "network"] };

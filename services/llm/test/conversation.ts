@@ -12,6 +12,8 @@ export const conversation: CompleteRequest = {
     name: "read_file",
     description: "Read a file.",
     parametersJson: '{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}',
+    // Harness-only fields: the providers must leave them out of what the model is sent.
+    deniable: ["writes"], operationArgument: "path", handler: "",
   }],
   messages: [
     { role: Role.ROLE_USER, content: "What is in README.md?", reasoningContent: "", toolCalls: [], toolCallId: "" },

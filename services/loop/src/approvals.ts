@@ -1,7 +1,8 @@
 import { TackError } from "@tack/bus";
-import { ALLOWED_FROM, DENIABLE_BY_TOOL, modeRank } from "@tack/config";
+import { ALLOWED_FROM, modeRank, type Denied } from "@tack/config";
 import { timestampMs } from "@tack/log";
-import type { ApprovalAsked, ApprovalDecided, Event, ToolCall } from "@tack/proto";
+import type { ApprovalAsked, ApprovalDecided, Event, ToolCall, ToolSpec } from "@tack/proto";
+import { PendingWaits } from "./waits.js";
 
 /** Approval policies: `never` denies anything that needs approval. */
 export const APPROVAL_POLICIES = ["ask", "never"] as const;
@@ -44,7 +45,9 @@ export type CallPlan =
   /** Never dispatch: log `decided` (when set), then a result with `content`. */
   | { readonly kind: "refuse"; readonly content: string; readonly decided?: ApprovalDecided }
   /** Log `approval/asked` and wait for a decision. */
-  | { readonly kind: "ask"; readonly asked: ApprovalAsked };
+  | { readonly kind: "ask"; readonly asked: ApprovalAsked }
+  /** Carried out by the loop itself (a tool whose ToolSpec handler is `session`, see session-tools.ts). */
+  | { readonly kind: "session" };
 
 /** A plan that needs no more asking: run the call, or answer why it did not run. */
 export type DecidedPlan = Exclude<CallPlan, { kind: "ask" }>;
@@ -59,6 +62,8 @@ export interface EscalationContext {
   readonly escalatedBy: string | undefined;
   readonly turn: number;
   readonly step: number;
+  /** The tools the model was given, by name: what a sandbox mode can deny each, and its operation argument. */
+  readonly tools: ReadonlyMap<string, ToolSpec>;
 }
 
 /**
@@ -70,7 +75,7 @@ export interface EscalationContext {
 export function planCalls(calls: readonly ToolCall[], context: EscalationContext): CallPlan[] {
   let escalatedBy = context.escalatedBy;
   return calls.map((call): CallPlan => {
-    const request = escalationOf(call);
+    const request = escalationOf(call, context.tools.get(call.name));
     if (!request || request.mode === context.mode) return { kind: "run", mode: context.mode };
     const { mode, justification } = request;
     if (modeRank(mode) < modeRank(context.mode)) return { kind: "refuse", content: APPROVAL_TEXT.notWider(mode, context.mode) };
@@ -78,7 +83,7 @@ export function planCalls(calls: readonly ToolCall[], context: EscalationContext
       return { kind: "refuse", content: APPROVAL_TEXT.policyNever(mode, context.mode), decided: { callId: call.id, decision: "reject", decidedBy: "policy:never" } };
     }
     if (escalatedBy !== undefined) return { kind: "refuse", content: APPROVAL_TEXT.alreadyUsed(escalatedBy, context.mode) };
-    const narrowest = narrowestFor(call.name, context.mode);
+    const narrowest = narrowestFor(context.tools.get(call.name), context.mode);
     if (!narrowest.includes(mode)) return { kind: "refuse", content: APPROVAL_TEXT.notNarrowest(call.name, mode, context.mode, narrowest) };
     if (!justification.trim()) return { kind: "refuse", content: APPROVAL_TEXT.noJustification(mode) };
     escalatedBy = call.id;
@@ -91,7 +96,7 @@ export function planCalls(calls: readonly ToolCall[], context: EscalationContext
 
 /** The plan for a call once its approval is decided: run it under the approved mode, or tell the model why it did not run. */
 export function outcomePlan(call: ToolCall, decided: ApprovalDecided, sessionMode: string): DecidedPlan {
-  const mode = escalationOf(call)?.mode ?? sessionMode;
+  const mode = escalationOf(call, undefined)?.mode ?? sessionMode;
   switch (decided.decision) {
     case "allow_once":
       return { kind: "run", mode, note: APPROVAL_TEXT.allowedOnce(mode, sessionMode) };
@@ -146,91 +151,34 @@ export function escalationIn(events: readonly Event[]): string | undefined {
   return asked?.payload?.$case === "approvalAsked" ? asked.payload.value.callId : undefined;
 }
 
-interface Pending {
-  readonly asked: Promise<unknown>;
-  readonly timer: NodeJS.Timeout;
-  readonly resolve: (decided: ApprovalDecided) => void;
-  readonly reject: (error: unknown) => void;
-}
-
 /**
- * The approvals a session is waiting for. Each wait ends exactly once: by a person's decision,
- * by its deadline (`unavailable`, decided by `timeout`) or by a cancel; that decision is logged
- * through `log` before the waiting call learns it.
+ * The approvals a session waits for: each ends by a person's decision, by its deadline
+ * (`unavailable`, decided by `timeout`) or by a cancel; `log` appends `approval/decided`.
  */
-export class PendingApprovals {
-  readonly #pending = new Map<string, Pending>();
-  readonly #log: (decided: ApprovalDecided) => Promise<number>;
-
-  /** `log` appends an `approval/decided` event and returns its seq. */
-  constructor(log: (decided: ApprovalDecided) => Promise<number>) {
-    this.#log = log;
-  }
-
-  /**
-   * Parks call `callId` until its approval is decided. `asked` settles once its
-   * `approval/asked` is in the log (no decision is logged before it); at `deadlineMs` (epoch
-   * ms) the approval ends as unavailable. Rejects with `loop.approval_abandoned` if `abandon` runs first.
-   */
-  wait(callId: string, asked: Promise<unknown>, deadlineMs: number): Promise<ApprovalDecided> {
-    return new Promise((resolve, reject) => {
-      // Node fires a longer timeout at once; the option is bounded well below this.
-      const delay = Math.min(Math.max(0, deadlineMs - Date.now()), 2 ** 31 - 1);
-      const timer = setTimeout(() => void this.#settle(callId, "unavailable", "timeout").catch(() => undefined), delay);
-      this.#pending.set(callId, { asked, timer, resolve, reject });
-    });
-  }
-
-  /** Logs a person's decision and wakes the call; throws `loop.no_pending_approval` when `callId` is not waiting. */
-  decide(callId: string, decision: Decision, decidedBy: string): Promise<number> {
-    return this.#settle(callId, decision, decidedBy);
-  }
-
-  /** Ends every wait as cancelled (the turn is stopping), logging each. */
-  async cancelAll(decidedBy: string): Promise<void> {
-    await Promise.all([...this.#pending.keys()].map((callId) => this.#settle(callId, "cancelled", decidedBy)));
-  }
-
-  /** Drops every wait without logging anything: this process no longer owns the session, and its next owner parks them again. */
-  abandon(): void {
-    for (const [callId, pending] of this.#pending) {
-      clearTimeout(pending.timer);
-      pending.reject(new TackError("loop.approval_abandoned", `the approval of call ${callId} is left to the session's next owner`));
-    }
-    this.#pending.clear();
-  }
-
-  async #settle(callId: string, decision: string, decidedBy: string): Promise<number> {
-    const pending = this.#pending.get(callId);
-    if (!pending) {
-      throw new TackError("loop.no_pending_approval", `no approval is pending for call ${JSON.stringify(callId)}; it was already decided or never asked (see the session's approval/asked events)`, {
-        details: { call_id: callId },
-      });
-    }
-    // Removed before the first await, so exactly one decision is logged per approval.
-    this.#pending.delete(callId);
-    clearTimeout(pending.timer);
-    const decided: ApprovalDecided = { callId, decision, decidedBy };
-    try {
-      await pending.asked;
-      const seq = await this.#log(decided);
-      pending.resolve(decided);
-      return seq;
-    } catch (error) {
-      pending.reject(error);
-      throw error;
-    }
-  }
+export function pendingApprovals(log: (decided: ApprovalDecided) => Promise<number>): PendingWaits<ApprovalDecided> {
+  return new PendingWaits<ApprovalDecided>({
+    log,
+    timedOut: (callId) => ({ callId, decision: "unavailable", decidedBy: "timeout" }),
+    cancelled: (callId, by) => ({ callId, decision: "cancelled", decidedBy: by }),
+    notPending: (callId) => new TackError("loop.no_pending_approval", `no approval is pending for call ${JSON.stringify(callId)}; it was already decided or never asked (see the session's approval/asked events)`, {
+      details: { call_id: callId },
+    }),
+  });
 }
 
-/** The narrowest modes strictly wider than `mode` that allow something `tool` can be denied in `mode`. */
-function narrowestFor(tool: string, mode: string): string[] {
-  const modes = (DENIABLE_BY_TOOL[tool] ?? []).map((what) => ALLOWED_FROM[what]).filter((allowing) => modeRank(allowing) > modeRank(mode));
+/** The narrowest modes strictly wider than `mode` that allow something `tool` (its ToolSpec) can be denied in `mode`. */
+function narrowestFor(tool: ToolSpec | undefined, mode: string): string[] {
+  const modes = deniableOf(tool).map((what) => ALLOWED_FROM[what]).filter((allowing) => modeRank(allowing) > modeRank(mode));
   return [...new Set(modes)];
 }
 
+/** What a sandbox mode can deny `tool`, as its ToolSpec declares (kinds this loop does not know are left out). */
+export function deniableOf(tool: ToolSpec | undefined): Denied[] {
+  return (tool?.deniable ?? []).filter((what): what is Denied => Object.hasOwn(ALLOWED_FROM, what));
+}
+
 /** The escalation a call asks for: a known mode in `sandbox_permissions`, its justification and the operation a person approves. */
-function escalationOf(call: ToolCall): { mode: string; justification: string; operation: string } | undefined {
+export function escalationOf(call: ToolCall, tool: ToolSpec | undefined): { mode: string; justification: string; operation: string } | undefined {
   let args: unknown;
   try {
     args = JSON.parse(call.arguments);
@@ -241,6 +189,7 @@ function escalationOf(call: ToolCall): { mode: string; justification: string; op
   const { sandbox_permissions: mode, justification, ...rest } = args as Record<string, unknown>;
   // Anything else (absent, not a mode) is the tools service's to refuse when it validates the arguments.
   if (typeof mode !== "string" || modeRank(mode) < 0) return undefined;
-  const operation = call.name === "bash" && typeof rest.command === "string" ? rest.command : `${call.name} ${JSON.stringify(rest)}`;
+  const shown = tool?.operationArgument ? rest[tool.operationArgument] : undefined;
+  const operation = typeof shown === "string" ? shown : `${call.name} ${JSON.stringify(rest)}`;
   return { mode, justification: typeof justification === "string" ? justification : "", operation };
 }

@@ -9,6 +9,8 @@ export interface DispatchDeps {
   readonly sessionId: string;
   readonly tenant: string;
   readonly workspace: string;
+  /** The session's mode (standard, code, ...): the tools service refuses a tool the mode does not offer. */
+  readonly sessionMode: string;
   readonly append: (...drafts: Draft[]) => Promise<Event[]>;
   /** Longest wait for a tool result (the bash tool itself allows up to 600 s). */
   readonly toolTimeoutMs: number;
@@ -30,6 +32,8 @@ export const FATE_UNKNOWN_TEXT =
  * `tool/retry` event. Retrying is safe: the sandbox keys every exec by call id and replays
  * what already ran. A call whose fate the sandbox cannot know is answered "may or may not have
  * run"; a tools service that cannot be reached in the window is a result too, never a hang.
+ * The calls a tool made of other tools (a run_code program's) are logged as `tool/inner`
+ * events, before the caller logs the result.
  */
 export async function dispatchTool(deps: DispatchDeps, call: ToolCall, mode: string, turn: number, step: number): Promise<CallToolResponse> {
   await deps.append(draft("toolCall", { callId: call.id, name: call.name, arguments: call.arguments, turn, step }, SOURCE));
@@ -41,7 +45,7 @@ export async function dispatchTool(deps: DispatchDeps, call: ToolCall, mode: str
   try {
     response = await retrying(deps.retry, (attempt) => deps.bus.request(deps.bus.names.toolsCall, CallToolRequest, {
       sessionId: deps.sessionId, tenant: deps.tenant, callId: call.id, name: call.name, arguments: call.arguments,
-      workspace: deps.workspace, sandboxMode: mode, attempt, firstAttemptAtMs,
+      workspace: deps.workspace, sandboxMode: mode, attempt, firstAttemptAtMs, sessionMode: deps.sessionMode,
     }, CallToolResponse, { timeoutMs: deps.toolTimeoutMs, silenceMs: deps.silenceMs }), {
       onRetry: ({ attempt, error, delayMs }) => logRetry(attempt, "tools", error.code, error.message, delayMs).then(() => undefined),
     });
@@ -53,6 +57,11 @@ export async function dispatchTool(deps: DispatchDeps, call: ToolCall, mode: str
     return CallToolResponse.fromPartial({ content, isError: true, durationMs: performance.now() - started });
   }
   for (const r of response.retries) await logRetry(r.attempt, "sandbox", r.code, r.message, r.delayMs);
+  if (response.innerCalls.length > 0) {
+    await deps.append(...response.innerCalls.map((inner, i) => draft("toolInner", {
+      parentCallId: call.id, index: i + 1, name: inner.name, arguments: inner.arguments, content: inner.content, isError: inner.isError, durationMs: inner.durationMs,
+    }, SOURCE)));
+  }
   return response;
 }
 

@@ -1,5 +1,5 @@
 import { TackError, type Bus } from "@tack/bus";
-import { ListProcessesRequest, ListProcessesResponse } from "@tack/proto";
+import { ListProcessesRequest, ListProcessesResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
 import { isSandboxMode, modeRank, SANDBOX_MODES } from "@tack/config";
 
 /** A process left running in a sandbox container. */
@@ -54,5 +54,27 @@ export async function assertNoWiderProcesses(bus: Bus, sessionId: string, target
     }
     const processes = listed.processes.map(({ pid, command }) => ({ pid, command }));
     if (processes.length > 0) throw modeChangeRefused(target, wider, processes);
+  }
+}
+
+/**
+ * Checks that the tools service has mode `mode` (it owns the list of modes); throws
+ * `loop.unknown_mode` naming the modes it has. `standard` is every tools service's mode, so it
+ * is not asked about (a session in it can be created while no tools worker runs).
+ */
+export async function assertToolsMode(bus: Bus, mode: string): Promise<void> {
+  if (mode === "standard") return;
+  try {
+    await bus.request(bus.names.toolsList, ListToolsRequest, { mode }, ListToolsResponse, { timeoutMs: 10_000 });
+  } catch (error) {
+    const e = TackError.from(error);
+    if (e.code === "tools.unknown_mode") {
+      const known = /known modes: (.*)$/.exec(e.message)?.[1];
+      throw new TackError("loop.unknown_mode", `mode ${JSON.stringify(mode)} is unknown; use one of: ${known ?? "the modes the tools service lists"}`, { details: { mode } });
+    }
+    if (e.code === "bus.no_responders" || e.code === "bus.timeout") {
+      throw new TackError("loop.tools_unavailable", `cannot check mode ${JSON.stringify(mode)}: no tools service answers (${e.message}); start Tack with \`tack up\` and retry`, { retryable: true, cause: e });
+    }
+    throw e;
   }
 }

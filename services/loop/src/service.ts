@@ -11,11 +11,12 @@ import {
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
 import { APPROVAL_POLICIES, DECISIONS, type Decision } from "./approvals.js";
-import { assertSandboxMode } from "./mode.js";
+import { assertSandboxMode, assertToolsMode } from "./mode.js";
+import { PLAN_DECISIONS } from "./session-tools.js";
 import { Budgets } from "./budget.js";
 import { deleteSessionData } from "./deletion.js";
 import { Leases, type Lease } from "./lease.js";
-import { MODES, SessionRuntime, type LoopSettings } from "./session.js";
+import { SessionRuntime, type LoopSettings } from "./session.js";
 
 const Options = z.object({
   natsUrl: z.string(),
@@ -170,16 +171,26 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     return SubmitMessageResponse.fromPartial(await runtime.submit(req.text));
   };
 
+  /** Answers a call waiting for a person: an approval, a question or a plan (`kind`). */
   const decideOn = (runtime: SessionRuntime) => async (req: DecideApprovalRequest): Promise<DecideApprovalResponse> => {
-    if (!(DECISIONS as readonly string[]).includes(req.decision)) {
-      throw new TackError("loop.bad_decision", `decision ${JSON.stringify(req.decision)} is unknown; answer ${DECISIONS.join(" or ")}`);
+    const kind = req.kind || "approval";
+    if (!["approval", "question", "plan"].includes(kind)) {
+      throw new TackError("loop.bad_decision", `kind ${JSON.stringify(kind)} is unknown; answer an approval, a question or a plan`);
+    }
+    const decisions: readonly string[] = kind === "approval" ? DECISIONS : kind === "plan" ? PLAN_DECISIONS : [""];
+    if (!decisions.includes(req.decision)) {
+      throw new TackError("loop.bad_decision", kind === "question"
+        ? "a question is answered with answers, not a decision"
+        : `decision ${JSON.stringify(req.decision)} is unknown; answer ${decisions.join(" or ")}`);
     }
     if (!req.decidedBy) throw new TackError("loop.bad_decision", "decided_by is empty; say who decided (the caller's tenant or user)");
     if (!runtime.meta || (req.tenant || "local") !== runtime.tenant) {
       throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
     }
-    // The owner subject opens before recovery has parked the session's approvals again: let recovery finish first.
+    // The owner subject opens before recovery has parked the session's waiting calls again: let recovery finish first.
     await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
+    if (kind === "question") return { seq: await runtime.answerQuestion(req.callId, req.answers?.answers ?? [], req.decidedBy) };
+    if (kind === "plan") return { seq: await runtime.decidePlan(req.callId, req.decision as "approve" | "reject", req.feedback ?? "", req.decidedBy) };
     return { seq: await runtime.decide(req.callId, req.decision as Decision, req.decidedBy) };
   };
 
@@ -189,7 +200,17 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     }
     if (!req.changedBy) throw new TackError("loop.bad_sandbox_mode", "changed_by is empty; say who changes the mode (the caller's tenant or user)");
     await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
-    return { seq: await runtime.setSandboxMode(req.mode, req.changedBy) };
+    switch (req.setting || "sandbox") {
+      case "sandbox":
+        return { seq: await runtime.setSandboxMode(req.mode, req.changedBy) };
+      case "plan":
+        if (req.mode !== "on" && req.mode !== "off") throw new TackError("loop.bad_plan_mode", `plan mode ${JSON.stringify(req.mode)} is neither on nor off`);
+        return { seq: await runtime.setPlanMode(req.mode === "on", req.changedBy) };
+      case "session":
+        return { seq: await runtime.setSessionMode(req.mode, req.changedBy) };
+      default:
+        throw new TackError("loop.bad_sandbox_mode", `setting ${JSON.stringify(req.setting)} is unknown; change the sandbox, plan or session mode`);
+    }
   };
 
   /**
@@ -284,7 +305,6 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     assertToken("session id", sessionId);
     assertToken("tenant", tenant);
     const mode = req.mode || "standard";
-    if (!MODES.includes(mode)) throw new TackError("loop.unknown_mode", `mode ${JSON.stringify(mode)} is unknown; use one of: ${MODES.join(", ")}`);
     const sandboxMode = req.sandboxMode || "workspace-write";
     assertSandboxMode(sandboxMode);
     const approvalPolicy = req.approvalPolicy || "ask";
@@ -296,6 +316,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     }
     if (!req.model) throw new TackError("loop.missing_model", "no model given; use e.g. deepseek:deepseek-chat or scripted:/path/script.json");
     if (!req.workspace.startsWith("/")) throw new TackError("loop.bad_workspace", `workspace ${JSON.stringify(req.workspace)} must be an absolute path`);
+    // The tools service owns the modes: it lists the tools of each, and refuses one it does not have.
+    await assertToolsMode(bus, mode);
     // Fail at creation, not at the first step, when the model cannot be used (unknown, no key, bad script).
     await bus.request(bus.names.llmCheck, CheckModelRequest, { model: req.model }, CheckModelResponse, { timeoutMs: 10_000 }).catch((error: unknown) => {
       const e = TackError.from(error);
@@ -306,7 +328,9 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     });
     const runtime = await acquire(tenant, sessionId, 0);
     try {
-      await runtime.create({ sessionId, tenant, mode, model: req.model, workspace: req.workspace, formatVersion: FORMAT_VERSION, title: req.title, budgetUsd: req.budgetUsd }, sandboxMode, approvalPolicy);
+      await runtime.create({
+        sessionId, tenant, mode, model: req.model, workspace: req.workspace, formatVersion: FORMAT_VERSION, title: req.title, budgetUsd: req.budgetUsd,
+      }, sandboxMode, approvalPolicy, req.planMode ?? false);
     } finally {
       forget(runtime);
     }

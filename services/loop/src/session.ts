@@ -5,16 +5,21 @@ import {
   deriveRequest, draft, Projection, readAll, serializeRequest, SessionLogWriter, type Draft, type ModelRequest, type SpillBucket,
 } from "@tack/log";
 import {
-  CallToolResponse, ListToolsRequest, ListToolsResponse, Surface_Kind, type ApprovalAsked, type CompleteDone, type Event, type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
+  CallToolResponse, ListToolsRequest, ListToolsResponse, Surface_Kind, type ApprovalAsked, type ApprovalDecided, type CompleteDone, type Event, type PlanDecided, type QuestionAnswer,
+  type QuestionAnswered, type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import {
-  approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, PendingApprovals, planCalls, sandboxModeOf, type CallPlan, type DecidedPlan, type Decision,
+  approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, pendingApprovals, planCalls, sandboxModeOf, type CallPlan, type DecidedPlan, type Decision,
 } from "./approvals.js";
 import { Compactor, type CompactionSettings } from "./compaction.js";
 import { dispatchTool, limiter } from "./dispatch.js";
 import { callModel } from "./model-call.js";
-import { assertNoWiderProcesses, assertSandboxMode } from "./mode.js";
+import { assertNoWiderProcesses, assertSandboxMode, assertToolsMode } from "./mode.js";
+import {
+  checkAnswers, pendingPlans, pendingQuestions, planModeOf, planModeRefusal, runSessionTool, sessionModeOf, type SessionToolDeps,
+} from "./session-tools.js";
+import type { PendingWaits } from "./waits.js";
 import { sessionSpend, type Budgets } from "./budget.js";
 import type { Lease, Leases } from "./lease.js";
 
@@ -56,12 +61,10 @@ export interface SessionDeps {
 }
 
 const SOURCE = "loop";
+/** System prompts of the modes that have their own; every other mode the tools service has uses the standard one. */
 const SYSTEM_PROMPTS: Record<string, string> = {
   standard: readFileSync(new URL("./prompts/standard.md", import.meta.url), "utf8").trim(),
 };
-
-/** Modes a session can be created with. */
-export const MODES = Object.keys(SYSTEM_PROMPTS);
 
 /** Wording the model sees for calls interrupted by a crash. */
 export const RECOVERY_TEXT = {
@@ -80,7 +83,8 @@ export class SessionRuntime {
   readonly lease: Lease;
   readonly #deps: SessionDeps;
   readonly #writer: SessionLogWriter;
-  #tools: ToolSpec[] | undefined;
+  /** The tools of the session's mode, as the tools service listed them (the mode changes only before the first turn). */
+  #tools: { mode: string; specs: ToolSpec[] } | undefined;
   #resumed = false;
   #running: Promise<void> | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
@@ -89,7 +93,9 @@ export class SessionRuntime {
   #stopping = false;
   /** True while a sandbox mode change checks the containers (messages and other changes are refused meanwhile). */
   #changingMode = false;
-  readonly #approvals: PendingApprovals;
+  readonly #approvals: PendingWaits<ApprovalDecided>;
+  readonly #questions: PendingWaits<QuestionAnswered>;
+  readonly #plans: PendingWaits<PlanDecided>;
   readonly #compactor: Compactor;
 
   private constructor(deps: SessionDeps, tenant: string, sessionId: string, writer: SessionLogWriter, lease: Lease) {
@@ -102,7 +108,13 @@ export class SessionRuntime {
       this.events.push(event);
       this.projection.apply(event);
     };
-    this.#approvals = new PendingApprovals(async (decided) => (await this.append(draft("approvalDecided", decided, SOURCE)))[0]!.seq);
+    this.#approvals = pendingApprovals(async (decided) => (await this.append(draft("approvalDecided", decided, SOURCE)))[0]!.seq);
+    this.#questions = pendingQuestions(async (answered) => (await this.append(draft("questionAnswered", answered, SOURCE)))[0]!.seq);
+    // An approved plan ends plan mode in the same append, so no turn sees the one without the other.
+    this.#plans = pendingPlans(async (decided) => (await this.append(
+      draft("planDecided", decided, SOURCE),
+      ...(decided.decision === "approve" ? [draft("planMode", { on: false, changedBy: decided.decidedBy }, SOURCE)] : []),
+    ))[0]!.seq);
     this.#compactor = new Compactor(deps.settings.compaction, { tenant, sessionId }, deps.spills, deps.log);
   }
 
@@ -196,6 +208,8 @@ export class SessionRuntime {
     clearInterval(this.#renewTimer);
     this.#lost = true;
     this.#approvals.abandon();
+    this.#questions.abandon();
+    this.#plans.abandon();
   }
 
   /**
@@ -203,7 +217,27 @@ export class SessionRuntime {
    * returns the seq of `approval/decided`. Throws `loop.no_pending_approval` when none is pending.
    */
   decide(callId: string, decision: Decision, decidedBy: string): Promise<number> {
-    return this.#approvals.decide(callId, decision, decidedBy);
+    return this.#approvals.answer(callId, { callId, decision, decidedBy });
+  }
+
+  /**
+   * Logs a person's answers to the pending question of `callId` and lets the call go on;
+   * returns the seq of `question/answered`. Throws `loop.bad_answer` for answers that do not fit
+   * the questions and `loop.no_pending_question` when none is pending.
+   */
+  answerQuestion(callId: string, answers: readonly QuestionAnswer[], answeredBy: string): Promise<number> {
+    if (this.#questions.waiting.includes(callId)) checkAnswers(this.events, callId, answers);
+    return this.#questions.answer(callId, { callId, outcome: "answered", answers: [...answers], answeredBy });
+  }
+
+  /**
+   * Logs a person's review of the plan of `callId` (empty: the plan waiting, the oldest if
+   * several) and lets the call go on; an approval also ends plan mode. Returns the seq of
+   * `plan/decided`; throws `loop.no_pending_plan` when no such plan waits.
+   */
+  decidePlan(callId: string, decision: "approve" | "reject", feedback: string, decidedBy: string): Promise<number> {
+    const id = callId || this.#plans.waiting[0] || "";
+    return this.#plans.answer(id, { callId: id, decision, feedback, decidedBy });
   }
 
   /**
@@ -213,11 +247,11 @@ export class SessionRuntime {
   async stopTurn(by: string): Promise<void> {
     if (!this.#running) return;
     this.#stopping = true;
-    await this.#approvals.cancelAll(by);
+    await Promise.all([this.#approvals.cancelAll(by), this.#questions.cancelAll(by), this.#plans.cancelAll(by)]);
   }
 
   /** Writes the opening events of a new session. */
-  async create(meta: SessionCreated, sandboxMode: string, approvalPolicy: string): Promise<void> {
+  async create(meta: SessionCreated, sandboxMode: string, approvalPolicy: string, planMode = false): Promise<void> {
     if (this.events.length > 0) {
       throw new TackError("loop.session_exists", `session ${this.sessionId} already exists; choose another id or leave it empty`);
     }
@@ -226,7 +260,38 @@ export class SessionRuntime {
       draft("permissionPreset", { preset: "default" }, SOURCE),
       draft("sandboxMode", { mode: sandboxMode, changedBy: "session" }, SOURCE),
       draft("approvalPolicy", { policy: approvalPolicy }, SOURCE),
+      ...(planMode ? [draft("planMode", { on: true, changedBy: "session" }, SOURCE)] : []),
     );
+  }
+
+  /**
+   * Turns plan mode on or off by logging `plan/mode`; returns its seq, or 0 when it already was.
+   * Takes effect at the next step's tool calls; a plan waiting for review keeps waiting.
+   */
+  async setPlanMode(on: boolean, changedBy: string): Promise<number> {
+    if (!this.meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
+    if (planModeOf(this.events) === on) return 0;
+    const [event] = await this.append(draft("planMode", { on, changedBy }, SOURCE));
+    return event!.seq;
+  }
+
+  /**
+   * Changes the session's mode (the tools it has) by logging `session/mode`; returns its seq, or 0
+   * when it already is that mode. Only before the first message (`loop.mode_fixed`): the tools
+   * are part of every request, and a conversation held with one set must not continue with another.
+   */
+  async setSessionMode(mode: string, changedBy: string): Promise<number> {
+    if (!this.meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
+    const current = sessionModeOf(this.events);
+    if (current === mode) return 0;
+    if (this.#running || this.events.some((e) => e.payload?.$case === "userMessage")) {
+      throw new TackError("loop.mode_fixed", `session ${this.sessionId} already has messages, so its mode stays ${current}; create a new session with mode ${mode}`, {
+        details: { mode: current },
+      });
+    }
+    await assertToolsMode(this.#deps.bus, mode);
+    const [event] = await this.append(draft("sessionMode", { mode, changedBy }, SOURCE));
+    return event!.seq;
   }
 
   /**
@@ -307,10 +372,13 @@ export class SessionRuntime {
     const results = new Set(inTurn.flatMap((e) => (e.payload?.$case === "toolResult" ? [e.payload.value.callId] : [])));
     const dispatched = new Set(inTurn.flatMap((e) => (e.payload?.$case === "toolCall" ? [e.payload.value.callId] : [])));
     const approvals = approvalsIn(inTurn);
+    // Session tools are never dispatched and are idempotent by call id: they are simply carried out again.
+    const specs = toolsByName(this.projection.header?.tools ?? []);
+    const bySession = (c: ToolCall) => specs.get(c.name)?.handler === "session";
     const unanswered = (assistant?.toolCalls ?? []).filter((c) => !results.has(c.id));
     const interrupted = unanswered.filter((c) => dispatched.has(c.id));
-    const parked = unanswered.filter((c) => !dispatched.has(c.id) && approvals.has(c.id));
-    const unstarted = unanswered.filter((c) => !dispatched.has(c.id) && !approvals.has(c.id));
+    const parked = unanswered.filter((c) => !dispatched.has(c.id) && (approvals.has(c.id) || bySession(c)));
+    const unstarted = unanswered.filter((c) => !dispatched.has(c.id) && !approvals.has(c.id) && !bySession(c));
     const missing = [...interrupted, ...unstarted];
     await this.append(draft("recovery", {
       previousOwner: previousOwner ?? "", owner: this.#deps.leases.owner,
@@ -325,6 +393,7 @@ export class SessionRuntime {
     if (parked.length > 0) {
       const mode = sandboxModeOf(this.events);
       const items = parked.map((call): [ToolCall, Promise<CallPlan>] => {
+        if (!approvals.has(call.id)) return [call, Promise.resolve({ kind: "session" })];
         const { decided, askedAtMs } = approvals.get(call.id)!;
         const decision = decided ? Promise.resolve(decided) : this.#approvals.wait(call.id, Promise.resolve(), askedAtMs + this.#deps.settings.approvalTimeoutMs);
         return [call, decision.then((d) => outcomePlan(call, d, mode))];
@@ -427,20 +496,23 @@ export class SessionRuntime {
   /** The tools of `mode`, asked of the tools service once per runtime; retried (as `tool/retry` events without a call id) while no worker answers. */
   async #toolSpecs(mode: string, turn: number, step: number): Promise<ToolSpec[]> {
     const { bus, settings } = this.#deps;
-    this.#tools ??= (await retrying(settings.retry, () => bus.request(bus.names.toolsList, ListToolsRequest, { mode }, ListToolsResponse, { timeoutMs: 10_000 }), {
-      onRetry: async ({ attempt, error, delayMs }) => {
-        await this.append(draft("toolRetry", { callId: "", turn, step, attempt, hop: "tools", code: error.code, message: error.message, delayMs }, SOURCE));
-      },
-    })).tools;
-    return this.#tools;
+    if (this.#tools?.mode !== mode) {
+      const listed = await retrying(settings.retry, () => bus.request(bus.names.toolsList, ListToolsRequest, { mode }, ListToolsResponse, { timeoutMs: 10_000 }), {
+        onRetry: async ({ attempt, error, delayMs }) => {
+          await this.append(draft("toolRetry", { callId: "", turn, step, attempt, hop: "tools", code: error.code, message: error.message, delayMs }, SOURCE));
+        },
+      });
+      this.#tools = { mode, specs: listed.tools };
+    }
+    return this.#tools.specs;
   }
 
   async #logHeaderIfChanged(turn: number, step: number): Promise<void> {
     const meta = this.meta!;
-    const systemPrompt = SYSTEM_PROMPTS[meta.mode];
-    if (systemPrompt === undefined) throw new TackError("loop.unknown_mode", `mode ${meta.mode} is unknown; known modes: ${MODES.join(", ")}`);
+    const mode = sessionModeOf(this.events);
+    const systemPrompt = SYSTEM_PROMPTS[mode] ?? SYSTEM_PROMPTS.standard!;
     const header: Omit<RequestHeader, "reason"> = {
-      model: meta.model, systemPrompt, tools: await this.#toolSpecs(meta.mode, turn, step),
+      model: meta.model, systemPrompt, tools: await this.#toolSpecs(mode, turn, step),
       temperature: this.#deps.settings.temperature, maxTokens: this.#deps.settings.maxTokens,
     };
     const previous = this.projection.header;
@@ -477,10 +549,21 @@ export class SessionRuntime {
 
   async #runTools(turn: number, step: number, calls: ToolCall[], assistantSeq: number): Promise<void> {
     const lastStart = this.events.findLastIndex((e) => e.payload?.$case === "turnStart");
-    const plans = planCalls(calls, {
-      mode: sandboxModeOf(this.events), policy: approvalPolicyOf(this.events), escalatedBy: escalationIn(this.events.slice(lastStart + 1)), turn, step,
+    // The tools as this step's request gave them to the model: what each can be denied, and who carries it out.
+    const tools = toolsByName(this.projection.header?.tools ?? []);
+    const mode = sandboxModeOf(this.events);
+    const planMode = planModeOf(this.events);
+    // A session tool is the loop's; plan mode refuses what could write; the rest go through approvals.
+    const early = calls.map((call): CallPlan | undefined => {
+      if (tools.get(call.name)?.handler === "session") return { kind: "session" };
+      const refusal = planMode ? planModeRefusal(call, tools.get(call.name), mode) : undefined;
+      return refusal === undefined ? undefined : { kind: "refuse", content: refusal };
     });
-    await this.#settleCalls(calls.map((call, i) => [call, plans[i]!]), assistantSeq, turn, step);
+    const rest = calls.filter((_, i) => early[i] === undefined);
+    const planned = planCalls(rest, {
+      mode, policy: approvalPolicyOf(this.events), escalatedBy: escalationIn(this.events.slice(lastStart + 1)), turn, step, tools,
+    });
+    await this.#settleCalls(calls.map((call, i) => [call, early[i] ?? planned[rest.indexOf(call)]!]), assistantSeq, turn, step);
   }
 
   /**
@@ -497,6 +580,12 @@ export class SessionRuntime {
       if (plan.kind === "refuse") {
         if (plan.decided) await this.append(draft("approvalDecided", plan.decided, SOURCE));
         result = CallToolResponse.fromPartial({ content: plan.content, isError: true, durationMs: 0 });
+      } else if (plan.kind === "session") {
+        // Holds no slot: a question or a plan may wait for a person for a long time.
+        const started = performance.now();
+        const tool = toolsByName(this.projection.header?.tools ?? []).get(call.name)!;
+        const outcome = await runSessionTool(this.#sessionToolDeps(), call, tool, turn, step);
+        result = CallToolResponse.fromPartial({ ...outcome, durationMs: performance.now() - started });
       } else {
         const { mode, note } = plan;
         result = await slot(() => this.#dispatch(call, mode, turn, step));
@@ -523,18 +612,29 @@ export class SessionRuntime {
     return outcomePlan(call, await decided, asked.currentMode);
   }
 
+  #sessionToolDeps(): SessionToolDeps {
+    return {
+      events: this.events, append: (...drafts) => this.append(...drafts), questions: this.#questions, plans: this.#plans,
+      waitMs: this.#deps.settings.approvalTimeoutMs,
+    };
+  }
+
   /** Logs `tool/call` and runs the call under sandbox mode `mode` (see `dispatchTool`). */
   #dispatch(call: ToolCall, mode: string, turn: number, step: number): Promise<CallToolResponse> {
     const { bus, settings } = this.#deps;
     return dispatchTool({
-      bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, append: (...drafts) => this.append(...drafts),
-      toolTimeoutMs: settings.toolTimeoutMs, silenceMs: settings.silenceMs, retry: settings.retry,
+      bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, sessionMode: sessionModeOf(this.events),
+      append: (...drafts) => this.append(...drafts), toolTimeoutMs: settings.toolTimeoutMs, silenceMs: settings.silenceMs, retry: settings.retry,
     }, call, mode, turn, step);
   }
 }
 
 function surfaceFor(assistantSeq: number) {
   return { kind: Surface_Kind.KIND_APPEND, replaceFromSeq: 0, replaceToSeq: 0, sourceSeqs: [assistantSeq], origin: "tool" };
+}
+
+function toolsByName(tools: readonly ToolSpec[]): Map<string, ToolSpec> {
+  return new Map(tools.map((t) => [t.name, t]));
 }
 
 function sameHeader(a: RequestHeader, b: Omit<RequestHeader, "reason">): boolean {

@@ -38,8 +38,12 @@ beforeAll(async () => {
     } } });
   });
   bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
+  // What each can be denied and its operation argument come from the tools service, as here.
   bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ({
-    tools: ["bash", "write"].map((name) => ({ name, description: name, parametersJson: "{}" })),
+    tools: [
+      { name: "bash", description: "bash", parametersJson: "{}", deniable: ["writes", "network"], operationArgument: "command", handler: "" },
+      { name: "write", description: "write", parametersJson: "{}", deniable: ["writes"], operationArgument: "", handler: "" },
+    ],
   }));
   bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
     const args = JSON.parse(req.arguments) as Record<string, unknown>;

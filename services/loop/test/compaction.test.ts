@@ -13,7 +13,7 @@ import {
   SubmitMessageResponse, Surface_Kind, type Event, type Usage,
 } from "@tack/proto";
 import { startLoopService, SUMMARY_HEADING, SUMMARY_INSTRUCTION, type LoopOptions, type LoopService } from "@tack/loop-service";
-import { startToolsService, type ToolsService } from "@tack/tools-service";
+import { listTools, startToolsService, type ToolsService } from "@tack/tools-service";
 import type { Logger } from "@tack/telemetry";
 import { Compactor, type CompactionSettings } from "../src/compaction.js";
 import { waitFor } from "@tack/testkit";
@@ -165,7 +165,10 @@ describe("compaction", () => {
     stepReply = (i) => (i < 4 ? { calls: [emit(`e${i}`, 4_000, `s${i}`)] } : { content: "done" });
     const usage = { inputMissTokens: 5_000, inputHitTokens: 400, outputTokens: 60, reasoningTokens: 0 };
     summaryReply = () => ({ content: "SUMMARY: the user asked to emit four times; four results came back.", usage, costUsd: 0.0012, model: "scripted-summarizer" });
-    const { events } = await runTurn({ contextWindowTokens: 6_000, pruneAt: 0.8, summarizeAt: 0.8 }, "emit four times");
+    // 6,000 tokens fit the first six tools; tools appended to the standard list since are in every request too (4 characters a token).
+    const first = ["read", "write", "edit", "glob", "grep", "bash"];
+    const appended = listTools("standard").filter((t) => !first.includes(t.name)).reduce((n, t) => n + t.name.length + t.description.length + t.parametersJson.length, 0);
+    const { events } = await runTurn({ contextWindowTokens: 6_000 + Math.ceil(appended / 4 / 0.8), pruneAt: 0.8, summarizeAt: 0.8 }, "emit four times");
     completed(events);
     expect(requests.map(isSummary)).toEqual([false, false, false, false, true, false]);
     const summarized = events.find((e) => e.payload?.$case === "contextSummarized")!;

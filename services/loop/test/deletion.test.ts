@@ -43,7 +43,7 @@ beforeAll(async () => {
     } } });
   });
   bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ({ tools: [{ name: "bash", description: "run", parametersJson: "{}" }] }));
+  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ListToolsResponse.fromPartial({ tools: [{ name: "bash", description: "run", parametersJson: "{}" }] }));
   // Over the loop's spill threshold below, so the result goes to the object store.
   bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async () => CallToolResponse.fromPartial({ content: "x".repeat(5_000), isError: false, durationMs: 1 }));
   bus.serve(bus.names.sandboxRelease, "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, async (req) => {

@@ -38,7 +38,7 @@ beforeAll(async () => {
     if (!req.model.startsWith("scripted:")) throw new TackError("llm.unknown_model", `unknown model ${req.model}`);
     return { provider: "scripted" };
   });
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ({ tools: [{ name: "bash", description: "run", parametersJson: "{}" }] }));
+  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ListToolsResponse.fromPartial({ tools: [{ name: "bash", description: "run", parametersJson: "{}" }] }));
   bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async () => {
     await gate;
     return CallToolResponse.fromPartial({ content: "ran", isError: false, durationMs: 1 });

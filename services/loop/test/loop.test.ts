@@ -53,7 +53,7 @@ beforeAll(async () => {
     if (!req.model.startsWith("scripted:")) throw new TackError("llm.unknown_model", `unknown model ${req.model}`);
     return { provider: "scripted" };
   });
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ({ tools }));
+  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ListToolsResponse.fromPartial({ tools }));
   bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
     inFlight++;
     maxInFlight = Math.max(maxInFlight, inFlight);

@@ -13,6 +13,10 @@ import { grep } from "./tools/grep.js";
 import { job_kill, job_list, job_output } from "./tools/jobs.js";
 import { read } from "./tools/read.js";
 import { write } from "./tools/write.js";
+import { ask_user_question } from "./tools/ask_user_question.js";
+import { exit_plan_mode } from "./tools/exit_plan_mode.js";
+import { session_search } from "./tools/session_search.js";
+import { todo_write } from "./tools/todo_write.js";
 
 /**
  * Results longer than this many UTF-8 bytes are cut to their head and tail. It is set by what
@@ -26,7 +30,7 @@ export const MAX_RESULT_BYTES = 800_000;
  * prompt prefix the provider caches, so append rather than reorder.
  */
 const MODES: Readonly<Record<string, readonly Tool[]>> = {
-  standard: [read, write, edit, glob, grep, bash, job_list, job_output, job_kill],
+  standard: [read, write, edit, glob, grep, bash, job_list, job_output, job_kill, todo_write, ask_user_question, exit_plan_mode, session_search],
   // One tool: a program that calls the standard tools (the whole list, appended ones included).
   code: [runCodeTool(() => MODES.standard!)],
 };
@@ -181,7 +185,10 @@ function toolSpec(tool: Tool): ToolSpec {
   const schema = z.toJSONSchema(tool.parameters, { io: "input" }) as Record<string, unknown>;
   // `$schema` and zod's safe-integer bounds say nothing to the model and cost tokens on every request.
   delete schema.$schema;
-  return { name: tool.name, description: tool.description, parametersJson: JSON.stringify(stable(schema)) };
+  return {
+    name: tool.name, description: tool.description, parametersJson: JSON.stringify(stable(schema)),
+    deniable: [...(tool.deniable ?? [])], operationArgument: tool.operation ?? "", handler: tool.handler ?? "",
+  };
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { z } from "zod";
-import type { SandboxMode } from "./permissions.js";
+import type { Denied, SandboxMode } from "./permissions.js";
 import type { SandboxClient } from "./sandbox.js";
 
 /** What a tool's `execute` may use besides its arguments. */
@@ -36,6 +36,16 @@ export interface Tool<S extends z.ZodType = z.ZodType> {
   /** Loaded from the sibling `<name>.txt`; sent to the model on every request, so keep it short. */
   readonly description: string;
   readonly parameters: S;
+  /** What a sandbox mode can deny it; such a tool spreads `escalationParameters`, and the loop asks a person before a wider mode. */
+  readonly deniable?: readonly Denied[];
+  /** The argument an approval card shows as what the call does (bash: `command`); without one, all arguments. */
+  readonly operation?: string;
+  /**
+   * `session`: the loop carries the call out (it changes the session, not the sandbox) after
+   * validating the arguments against `parameters`; `execute` only answers a call that reached
+   * the tools service anyway (e.g. from a run_code program).
+   */
+  readonly handler?: "session";
   execute(args: z.output<S>, ctx: ToolContext): Promise<string>;
 }
 

@@ -37,4 +37,12 @@ export const EVENT_CATALOG: readonly EventTypeInfo[] = [
   { type: "context/pruned", payloadCase: "contextPruned", modelVisible: false, ignorable: false },
   { type: "context/summarized", payloadCase: "contextSummarized", modelVisible: false, ignorable: false },
   { type: "tool/retry", payloadCase: "toolRetry", modelVisible: false, ignorable: false },
+  { type: "todo/updated", payloadCase: "todoUpdated", modelVisible: false, ignorable: false },
+  { type: "question/asked", payloadCase: "questionAsked", modelVisible: false, ignorable: false },
+  { type: "question/answered", payloadCase: "questionAnswered", modelVisible: false, ignorable: false },
+  { type: "plan/mode", payloadCase: "planMode", modelVisible: false, ignorable: false },
+  { type: "plan/submitted", payloadCase: "planSubmitted", modelVisible: false, ignorable: false },
+  { type: "plan/decided", payloadCase: "planDecided", modelVisible: false, ignorable: false },
+  { type: "tool/inner", payloadCase: "toolInner", modelVisible: false, ignorable: false },
+  { type: "session/mode", payloadCase: "sessionMode", modelVisible: false, ignorable: false },
 ];

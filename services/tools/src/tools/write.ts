@@ -13,6 +13,7 @@ export const write = defineTool({
     content: z.string().describe("The complete new content of the file"),
     ...escalationParameters,
   }),
+  deniable: ["writes"],
   async execute({ path, content }, ctx) {
     requireWritable(ctx, `writing ${path}`);
     await writeWholeFile(ctx, path, content);

@@ -56,6 +56,14 @@ export interface Event {
     | { $case: "contextPruned"; value: ContextPruned }
     | { $case: "contextSummarized"; value: ContextSummarized }
     | { $case: "toolRetry"; value: ToolRetry }
+    | { $case: "todoUpdated"; value: TodoUpdated }
+    | { $case: "questionAsked"; value: QuestionAsked }
+    | { $case: "questionAnswered"; value: QuestionAnswered }
+    | { $case: "planMode"; value: PlanModeSet }
+    | { $case: "planSubmitted"; value: PlanSubmitted }
+    | { $case: "planDecided"; value: PlanDecided }
+    | { $case: "toolInner"; value: InnerToolCall }
+    | { $case: "sessionMode"; value: SessionModeSet }
     | undefined;
 }
 
@@ -425,6 +433,105 @@ export interface ContextSummarized {
   costUsd: number;
 }
 
+/** `todo/updated` [log-only] — the session's task list, whole, as a todo_write call set it. */
+export interface TodoUpdated {
+  callId: string;
+  items: TodoItem[];
+  turn: number;
+  step: number;
+}
+
+/** One task of a session's task list. */
+export interface TodoItem {
+  /** Optional id the model gave the task. */
+  id: string;
+  content: string;
+  /** `pending`, `in_progress` or `completed`. */
+  status: string;
+}
+
+/** `question/asked` [log-only] — an ask_user_question call; the call waits for a person's answers. */
+export interface QuestionAsked {
+  callId: string;
+  questions: Question[];
+  turn: number;
+  step: number;
+}
+
+/** One question of an ask_user_question call. */
+export interface Question {
+  /** Short label of the question (a chip or tab title). */
+  header: string;
+  question: string;
+  options: QuestionOption[];
+  /** True when more than one option may be chosen. */
+  multiSelect: boolean;
+}
+
+export interface QuestionOption {
+  label: string;
+  description: string;
+}
+
+/** The answer to one question: the labels chosen, and/or a free-text answer. */
+export interface QuestionAnswer {
+  selected: string[];
+  other: string;
+}
+
+/** `question/answered` [log-only] — how a question call ended: `answered` (with one answer per question), `cancelled` or `unavailable`. */
+export interface QuestionAnswered {
+  callId: string;
+  outcome: string;
+  answers: QuestionAnswer[];
+  /** Who answered: an API key's tenant/user, or `timeout`. */
+  answeredBy: string;
+}
+
+/** `plan/mode` [log-only] — plan mode turned on or off; while on, tools that can write are refused. */
+export interface PlanModeSet {
+  on: boolean;
+  /** Who: `session` at creation, the tenant (or user) that changed it through the API, or the approver of a plan. */
+  changedBy: string;
+}
+
+/** `plan/submitted` [log-only] — an exit_plan_mode call: the model's plan, waiting for a person's review. */
+export interface PlanSubmitted {
+  callId: string;
+  /** The plan as markdown. */
+  plan: string;
+  turn: number;
+  step: number;
+}
+
+/** `plan/decided` [log-only] — the review of a plan: `approve`, `reject`, `cancelled` or `unavailable`. */
+export interface PlanDecided {
+  callId: string;
+  decision: string;
+  /** What the reviewer said; with a rejection, it is the result the model reads. */
+  feedback: string;
+  /** Who decided: an API key's tenant/user, or `timeout`. */
+  decidedBy: string;
+}
+
+/** `tool/inner` [log-only] — one tool call a tool made as part of its own call (a run_code program's tools.<name>() call), logged before the outer result. */
+export interface InnerToolCall {
+  parentCallId: string;
+  /** 1-based position among the parent's inner calls (its id is `<parent>.<index>`). */
+  index: number;
+  name: string;
+  arguments: string;
+  content: string;
+  isError: boolean;
+  durationMs: number;
+}
+
+/** `session/mode` [log-only] — the session's mode changed before its first turn (after that it is fixed): standard, code, minimal, creator. */
+export interface SessionModeSet {
+  mode: string;
+  changedBy: string;
+}
+
 function createBaseEvent(): Event {
   return { seq: 0, time: undefined, type: "", source: "", ignorable: false, surface: undefined, payload: undefined };
 }
@@ -518,6 +625,30 @@ export const Event: MessageFns<Event> = {
         break;
       case "toolRetry":
         ToolRetry.encode(message.payload.value, writer.uint32(258).fork()).join();
+        break;
+      case "todoUpdated":
+        TodoUpdated.encode(message.payload.value, writer.uint32(266).fork()).join();
+        break;
+      case "questionAsked":
+        QuestionAsked.encode(message.payload.value, writer.uint32(274).fork()).join();
+        break;
+      case "questionAnswered":
+        QuestionAnswered.encode(message.payload.value, writer.uint32(282).fork()).join();
+        break;
+      case "planMode":
+        PlanModeSet.encode(message.payload.value, writer.uint32(290).fork()).join();
+        break;
+      case "planSubmitted":
+        PlanSubmitted.encode(message.payload.value, writer.uint32(298).fork()).join();
+        break;
+      case "planDecided":
+        PlanDecided.encode(message.payload.value, writer.uint32(306).fork()).join();
+        break;
+      case "toolInner":
+        InnerToolCall.encode(message.payload.value, writer.uint32(314).fork()).join();
+        break;
+      case "sessionMode":
+        SessionModeSet.encode(message.payload.value, writer.uint32(322).fork()).join();
         break;
     }
     return writer;
@@ -768,6 +899,70 @@ export const Event: MessageFns<Event> = {
             message.payload = { $case: "toolRetry", value: ToolRetry.decode(reader, reader.uint32()) };
             continue;
           }
+          case 33: {
+            if (tag !== 266) {
+              break;
+            }
+
+            message.payload = { $case: "todoUpdated", value: TodoUpdated.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 34: {
+            if (tag !== 274) {
+              break;
+            }
+
+            message.payload = { $case: "questionAsked", value: QuestionAsked.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 35: {
+            if (tag !== 282) {
+              break;
+            }
+
+            message.payload = { $case: "questionAnswered", value: QuestionAnswered.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 36: {
+            if (tag !== 290) {
+              break;
+            }
+
+            message.payload = { $case: "planMode", value: PlanModeSet.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 37: {
+            if (tag !== 298) {
+              break;
+            }
+
+            message.payload = { $case: "planSubmitted", value: PlanSubmitted.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 38: {
+            if (tag !== 306) {
+              break;
+            }
+
+            message.payload = { $case: "planDecided", value: PlanDecided.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 39: {
+            if (tag !== 314) {
+              break;
+            }
+
+            message.payload = { $case: "toolInner", value: InnerToolCall.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 40: {
+            if (tag !== 322) {
+              break;
+            }
+
+            message.payload = { $case: "sessionMode", value: SessionModeSet.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -874,6 +1069,38 @@ export const Event: MessageFns<Event> = {
         ? { $case: "toolRetry", value: ToolRetry.fromJSON(object.toolRetry) }
         : isSet(object.tool_retry)
         ? { $case: "toolRetry", value: ToolRetry.fromJSON(object.tool_retry) }
+        : isSet(object.todoUpdated)
+        ? { $case: "todoUpdated", value: TodoUpdated.fromJSON(object.todoUpdated) }
+        : isSet(object.todo_updated)
+        ? { $case: "todoUpdated", value: TodoUpdated.fromJSON(object.todo_updated) }
+        : isSet(object.questionAsked)
+        ? { $case: "questionAsked", value: QuestionAsked.fromJSON(object.questionAsked) }
+        : isSet(object.question_asked)
+        ? { $case: "questionAsked", value: QuestionAsked.fromJSON(object.question_asked) }
+        : isSet(object.questionAnswered)
+        ? { $case: "questionAnswered", value: QuestionAnswered.fromJSON(object.questionAnswered) }
+        : isSet(object.question_answered)
+        ? { $case: "questionAnswered", value: QuestionAnswered.fromJSON(object.question_answered) }
+        : isSet(object.planMode)
+        ? { $case: "planMode", value: PlanModeSet.fromJSON(object.planMode) }
+        : isSet(object.plan_mode)
+        ? { $case: "planMode", value: PlanModeSet.fromJSON(object.plan_mode) }
+        : isSet(object.planSubmitted)
+        ? { $case: "planSubmitted", value: PlanSubmitted.fromJSON(object.planSubmitted) }
+        : isSet(object.plan_submitted)
+        ? { $case: "planSubmitted", value: PlanSubmitted.fromJSON(object.plan_submitted) }
+        : isSet(object.planDecided)
+        ? { $case: "planDecided", value: PlanDecided.fromJSON(object.planDecided) }
+        : isSet(object.plan_decided)
+        ? { $case: "planDecided", value: PlanDecided.fromJSON(object.plan_decided) }
+        : isSet(object.toolInner)
+        ? { $case: "toolInner", value: InnerToolCall.fromJSON(object.toolInner) }
+        : isSet(object.tool_inner)
+        ? { $case: "toolInner", value: InnerToolCall.fromJSON(object.tool_inner) }
+        : isSet(object.sessionMode)
+        ? { $case: "sessionMode", value: SessionModeSet.fromJSON(object.sessionMode) }
+        : isSet(object.session_mode)
+        ? { $case: "sessionMode", value: SessionModeSet.fromJSON(object.session_mode) }
         : undefined,
     };
   },
@@ -944,6 +1171,22 @@ export const Event: MessageFns<Event> = {
       obj.contextSummarized = ContextSummarized.toJSON(message.payload.value);
     } else if (message.payload?.$case === "toolRetry") {
       obj.toolRetry = ToolRetry.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "todoUpdated") {
+      obj.todoUpdated = TodoUpdated.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "questionAsked") {
+      obj.questionAsked = QuestionAsked.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "questionAnswered") {
+      obj.questionAnswered = QuestionAnswered.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "planMode") {
+      obj.planMode = PlanModeSet.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "planSubmitted") {
+      obj.planSubmitted = PlanSubmitted.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "planDecided") {
+      obj.planDecided = PlanDecided.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "toolInner") {
+      obj.toolInner = InnerToolCall.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "sessionMode") {
+      obj.sessionMode = SessionModeSet.toJSON(message.payload.value);
     }
     return obj;
   },
@@ -1097,6 +1340,54 @@ export const Event: MessageFns<Event> = {
       case "toolRetry": {
         if (object.payload?.value !== undefined && object.payload?.value !== null) {
           message.payload = { $case: "toolRetry", value: ToolRetry.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "todoUpdated": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "todoUpdated", value: TodoUpdated.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "questionAsked": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "questionAsked", value: QuestionAsked.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "questionAnswered": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "questionAnswered", value: QuestionAnswered.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "planMode": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "planMode", value: PlanModeSet.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "planSubmitted": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "planSubmitted", value: PlanSubmitted.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "planDecided": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "planDecided", value: PlanDecided.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "toolInner": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "toolInner", value: InnerToolCall.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "sessionMode": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "sessionMode", value: SessionModeSet.fromPartial(object.payload.value) };
         }
         break;
       }
@@ -4428,6 +4719,1372 @@ export const ContextSummarized: MessageFns<ContextSummarized> = {
     message.model = object.model ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
     message.costUsd = object.costUsd ?? 0;
+    return message;
+  },
+};
+
+function createBaseTodoUpdated(): TodoUpdated {
+  return { callId: "", items: [], turn: 0, step: 0 };
+}
+
+export const TodoUpdated: MessageFns<TodoUpdated> = {
+  encode(message: TodoUpdated, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    for (const v of message.items) {
+      TodoItem.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.turn !== 0) {
+      writer.uint32(24).uint32(message.turn);
+    }
+    if (message.step !== 0) {
+      writer.uint32(32).uint32(message.step);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TodoUpdated {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTodoUpdated();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.items.push(TodoItem.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.turn = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.step = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TodoUpdated {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      items: globalThis.Array.isArray(object?.items) ? object.items.map((e: any) => TodoItem.fromJSON(e)) : [],
+      turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
+      step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+    };
+  },
+
+  toJSON(message: TodoUpdated): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.items?.length) {
+      obj.items = message.items.map((e) => TodoItem.toJSON(e));
+    }
+    if (message.turn !== 0) {
+      obj.turn = Math.round(message.turn);
+    }
+    if (message.step !== 0) {
+      obj.step = Math.round(message.step);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TodoUpdated>, I>>(base?: I): TodoUpdated {
+    return TodoUpdated.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TodoUpdated>, I>>(object: I): TodoUpdated {
+    const message = createBaseTodoUpdated();
+    message.callId = object.callId ?? "";
+    message.items = object.items?.map((e) => TodoItem.fromPartial(e)) || [];
+    message.turn = object.turn ?? 0;
+    message.step = object.step ?? 0;
+    return message;
+  },
+};
+
+function createBaseTodoItem(): TodoItem {
+  return { id: "", content: "", status: "" };
+}
+
+export const TodoItem: MessageFns<TodoItem> = {
+  encode(message: TodoItem, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.content !== "") {
+      writer.uint32(18).string(message.content);
+    }
+    if (message.status !== "") {
+      writer.uint32(26).string(message.status);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TodoItem {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTodoItem();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TodoItem {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+    };
+  },
+
+  toJSON(message: TodoItem): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TodoItem>, I>>(base?: I): TodoItem {
+    return TodoItem.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TodoItem>, I>>(object: I): TodoItem {
+    const message = createBaseTodoItem();
+    message.id = object.id ?? "";
+    message.content = object.content ?? "";
+    message.status = object.status ?? "";
+    return message;
+  },
+};
+
+function createBaseQuestionAsked(): QuestionAsked {
+  return { callId: "", questions: [], turn: 0, step: 0 };
+}
+
+export const QuestionAsked: MessageFns<QuestionAsked> = {
+  encode(message: QuestionAsked, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    for (const v of message.questions) {
+      Question.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.turn !== 0) {
+      writer.uint32(24).uint32(message.turn);
+    }
+    if (message.step !== 0) {
+      writer.uint32(32).uint32(message.step);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): QuestionAsked {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseQuestionAsked();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.questions.push(Question.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.turn = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.step = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): QuestionAsked {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      questions: globalThis.Array.isArray(object?.questions)
+        ? object.questions.map((e: any) => Question.fromJSON(e))
+        : [],
+      turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
+      step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+    };
+  },
+
+  toJSON(message: QuestionAsked): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.questions?.length) {
+      obj.questions = message.questions.map((e) => Question.toJSON(e));
+    }
+    if (message.turn !== 0) {
+      obj.turn = Math.round(message.turn);
+    }
+    if (message.step !== 0) {
+      obj.step = Math.round(message.step);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<QuestionAsked>, I>>(base?: I): QuestionAsked {
+    return QuestionAsked.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<QuestionAsked>, I>>(object: I): QuestionAsked {
+    const message = createBaseQuestionAsked();
+    message.callId = object.callId ?? "";
+    message.questions = object.questions?.map((e) => Question.fromPartial(e)) || [];
+    message.turn = object.turn ?? 0;
+    message.step = object.step ?? 0;
+    return message;
+  },
+};
+
+function createBaseQuestion(): Question {
+  return { header: "", question: "", options: [], multiSelect: false };
+}
+
+export const Question: MessageFns<Question> = {
+  encode(message: Question, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.header !== "") {
+      writer.uint32(10).string(message.header);
+    }
+    if (message.question !== "") {
+      writer.uint32(18).string(message.question);
+    }
+    for (const v of message.options) {
+      QuestionOption.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.multiSelect !== false) {
+      writer.uint32(32).bool(message.multiSelect);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Question {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseQuestion();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.header = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.question = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.options.push(QuestionOption.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.multiSelect = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Question {
+    return {
+      header: isSet(object.header) ? globalThis.String(object.header) : "",
+      question: isSet(object.question) ? globalThis.String(object.question) : "",
+      options: globalThis.Array.isArray(object?.options)
+        ? object.options.map((e: any) => QuestionOption.fromJSON(e))
+        : [],
+      multiSelect: isSet(object.multiSelect)
+        ? globalThis.Boolean(object.multiSelect)
+        : isSet(object.multi_select)
+        ? globalThis.Boolean(object.multi_select)
+        : false,
+    };
+  },
+
+  toJSON(message: Question): unknown {
+    const obj: any = {};
+    if (message.header !== "") {
+      obj.header = message.header;
+    }
+    if (message.question !== "") {
+      obj.question = message.question;
+    }
+    if (message.options?.length) {
+      obj.options = message.options.map((e) => QuestionOption.toJSON(e));
+    }
+    if (message.multiSelect !== false) {
+      obj.multiSelect = message.multiSelect;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Question>, I>>(base?: I): Question {
+    return Question.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Question>, I>>(object: I): Question {
+    const message = createBaseQuestion();
+    message.header = object.header ?? "";
+    message.question = object.question ?? "";
+    message.options = object.options?.map((e) => QuestionOption.fromPartial(e)) || [];
+    message.multiSelect = object.multiSelect ?? false;
+    return message;
+  },
+};
+
+function createBaseQuestionOption(): QuestionOption {
+  return { label: "", description: "" };
+}
+
+export const QuestionOption: MessageFns<QuestionOption> = {
+  encode(message: QuestionOption, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.label !== "") {
+      writer.uint32(10).string(message.label);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): QuestionOption {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseQuestionOption();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): QuestionOption {
+    return {
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+    };
+  },
+
+  toJSON(message: QuestionOption): unknown {
+    const obj: any = {};
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<QuestionOption>, I>>(base?: I): QuestionOption {
+    return QuestionOption.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<QuestionOption>, I>>(object: I): QuestionOption {
+    const message = createBaseQuestionOption();
+    message.label = object.label ?? "";
+    message.description = object.description ?? "";
+    return message;
+  },
+};
+
+function createBaseQuestionAnswer(): QuestionAnswer {
+  return { selected: [], other: "" };
+}
+
+export const QuestionAnswer: MessageFns<QuestionAnswer> = {
+  encode(message: QuestionAnswer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.selected) {
+      writer.uint32(10).string(v!);
+    }
+    if (message.other !== "") {
+      writer.uint32(18).string(message.other);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): QuestionAnswer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseQuestionAnswer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.selected.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.other = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): QuestionAnswer {
+    return {
+      selected: globalThis.Array.isArray(object?.selected) ? object.selected.map((e: any) => globalThis.String(e)) : [],
+      other: isSet(object.other) ? globalThis.String(object.other) : "",
+    };
+  },
+
+  toJSON(message: QuestionAnswer): unknown {
+    const obj: any = {};
+    if (message.selected?.length) {
+      obj.selected = message.selected;
+    }
+    if (message.other !== "") {
+      obj.other = message.other;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<QuestionAnswer>, I>>(base?: I): QuestionAnswer {
+    return QuestionAnswer.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<QuestionAnswer>, I>>(object: I): QuestionAnswer {
+    const message = createBaseQuestionAnswer();
+    message.selected = object.selected?.map((e) => e) || [];
+    message.other = object.other ?? "";
+    return message;
+  },
+};
+
+function createBaseQuestionAnswered(): QuestionAnswered {
+  return { callId: "", outcome: "", answers: [], answeredBy: "" };
+}
+
+export const QuestionAnswered: MessageFns<QuestionAnswered> = {
+  encode(message: QuestionAnswered, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.outcome !== "") {
+      writer.uint32(18).string(message.outcome);
+    }
+    for (const v of message.answers) {
+      QuestionAnswer.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.answeredBy !== "") {
+      writer.uint32(34).string(message.answeredBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): QuestionAnswered {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseQuestionAnswered();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.outcome = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.answers.push(QuestionAnswer.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.answeredBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): QuestionAnswered {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      outcome: isSet(object.outcome) ? globalThis.String(object.outcome) : "",
+      answers: globalThis.Array.isArray(object?.answers)
+        ? object.answers.map((e: any) => QuestionAnswer.fromJSON(e))
+        : [],
+      answeredBy: isSet(object.answeredBy)
+        ? globalThis.String(object.answeredBy)
+        : isSet(object.answered_by)
+        ? globalThis.String(object.answered_by)
+        : "",
+    };
+  },
+
+  toJSON(message: QuestionAnswered): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.outcome !== "") {
+      obj.outcome = message.outcome;
+    }
+    if (message.answers?.length) {
+      obj.answers = message.answers.map((e) => QuestionAnswer.toJSON(e));
+    }
+    if (message.answeredBy !== "") {
+      obj.answeredBy = message.answeredBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<QuestionAnswered>, I>>(base?: I): QuestionAnswered {
+    return QuestionAnswered.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<QuestionAnswered>, I>>(object: I): QuestionAnswered {
+    const message = createBaseQuestionAnswered();
+    message.callId = object.callId ?? "";
+    message.outcome = object.outcome ?? "";
+    message.answers = object.answers?.map((e) => QuestionAnswer.fromPartial(e)) || [];
+    message.answeredBy = object.answeredBy ?? "";
+    return message;
+  },
+};
+
+function createBasePlanModeSet(): PlanModeSet {
+  return { on: false, changedBy: "" };
+}
+
+export const PlanModeSet: MessageFns<PlanModeSet> = {
+  encode(message: PlanModeSet, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.on !== false) {
+      writer.uint32(8).bool(message.on);
+    }
+    if (message.changedBy !== "") {
+      writer.uint32(18).string(message.changedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PlanModeSet {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePlanModeSet();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.on = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.changedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PlanModeSet {
+    return {
+      on: isSet(object.on) ? globalThis.Boolean(object.on) : false,
+      changedBy: isSet(object.changedBy)
+        ? globalThis.String(object.changedBy)
+        : isSet(object.changed_by)
+        ? globalThis.String(object.changed_by)
+        : "",
+    };
+  },
+
+  toJSON(message: PlanModeSet): unknown {
+    const obj: any = {};
+    if (message.on !== false) {
+      obj.on = message.on;
+    }
+    if (message.changedBy !== "") {
+      obj.changedBy = message.changedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PlanModeSet>, I>>(base?: I): PlanModeSet {
+    return PlanModeSet.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PlanModeSet>, I>>(object: I): PlanModeSet {
+    const message = createBasePlanModeSet();
+    message.on = object.on ?? false;
+    message.changedBy = object.changedBy ?? "";
+    return message;
+  },
+};
+
+function createBasePlanSubmitted(): PlanSubmitted {
+  return { callId: "", plan: "", turn: 0, step: 0 };
+}
+
+export const PlanSubmitted: MessageFns<PlanSubmitted> = {
+  encode(message: PlanSubmitted, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.plan !== "") {
+      writer.uint32(18).string(message.plan);
+    }
+    if (message.turn !== 0) {
+      writer.uint32(24).uint32(message.turn);
+    }
+    if (message.step !== 0) {
+      writer.uint32(32).uint32(message.step);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PlanSubmitted {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePlanSubmitted();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.plan = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.turn = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.step = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PlanSubmitted {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      plan: isSet(object.plan) ? globalThis.String(object.plan) : "",
+      turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
+      step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+    };
+  },
+
+  toJSON(message: PlanSubmitted): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.plan !== "") {
+      obj.plan = message.plan;
+    }
+    if (message.turn !== 0) {
+      obj.turn = Math.round(message.turn);
+    }
+    if (message.step !== 0) {
+      obj.step = Math.round(message.step);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PlanSubmitted>, I>>(base?: I): PlanSubmitted {
+    return PlanSubmitted.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PlanSubmitted>, I>>(object: I): PlanSubmitted {
+    const message = createBasePlanSubmitted();
+    message.callId = object.callId ?? "";
+    message.plan = object.plan ?? "";
+    message.turn = object.turn ?? 0;
+    message.step = object.step ?? 0;
+    return message;
+  },
+};
+
+function createBasePlanDecided(): PlanDecided {
+  return { callId: "", decision: "", feedback: "", decidedBy: "" };
+}
+
+export const PlanDecided: MessageFns<PlanDecided> = {
+  encode(message: PlanDecided, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.decision !== "") {
+      writer.uint32(18).string(message.decision);
+    }
+    if (message.feedback !== "") {
+      writer.uint32(26).string(message.feedback);
+    }
+    if (message.decidedBy !== "") {
+      writer.uint32(34).string(message.decidedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PlanDecided {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePlanDecided();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.decision = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.feedback = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.decidedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PlanDecided {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      decision: isSet(object.decision) ? globalThis.String(object.decision) : "",
+      feedback: isSet(object.feedback) ? globalThis.String(object.feedback) : "",
+      decidedBy: isSet(object.decidedBy)
+        ? globalThis.String(object.decidedBy)
+        : isSet(object.decided_by)
+        ? globalThis.String(object.decided_by)
+        : "",
+    };
+  },
+
+  toJSON(message: PlanDecided): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.decision !== "") {
+      obj.decision = message.decision;
+    }
+    if (message.feedback !== "") {
+      obj.feedback = message.feedback;
+    }
+    if (message.decidedBy !== "") {
+      obj.decidedBy = message.decidedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PlanDecided>, I>>(base?: I): PlanDecided {
+    return PlanDecided.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PlanDecided>, I>>(object: I): PlanDecided {
+    const message = createBasePlanDecided();
+    message.callId = object.callId ?? "";
+    message.decision = object.decision ?? "";
+    message.feedback = object.feedback ?? "";
+    message.decidedBy = object.decidedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseInnerToolCall(): InnerToolCall {
+  return { parentCallId: "", index: 0, name: "", arguments: "", content: "", isError: false, durationMs: 0 };
+}
+
+export const InnerToolCall: MessageFns<InnerToolCall> = {
+  encode(message: InnerToolCall, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.parentCallId !== "") {
+      writer.uint32(10).string(message.parentCallId);
+    }
+    if (message.index !== 0) {
+      writer.uint32(16).uint32(message.index);
+    }
+    if (message.name !== "") {
+      writer.uint32(26).string(message.name);
+    }
+    if (message.arguments !== "") {
+      writer.uint32(34).string(message.arguments);
+    }
+    if (message.content !== "") {
+      writer.uint32(42).string(message.content);
+    }
+    if (message.isError !== false) {
+      writer.uint32(48).bool(message.isError);
+    }
+    if (message.durationMs !== 0) {
+      writer.uint32(57).double(message.durationMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): InnerToolCall {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseInnerToolCall();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.parentCallId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.arguments = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.isError = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 57) {
+              break;
+            }
+
+            message.durationMs = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): InnerToolCall {
+    return {
+      parentCallId: isSet(object.parentCallId)
+        ? globalThis.String(object.parentCallId)
+        : isSet(object.parent_call_id)
+        ? globalThis.String(object.parent_call_id)
+        : "",
+      index: isSet(object.index) ? globalThis.Number(object.index) : 0,
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      arguments: isSet(object.arguments) ? globalThis.String(object.arguments) : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+      isError: isSet(object.isError)
+        ? globalThis.Boolean(object.isError)
+        : isSet(object.is_error)
+        ? globalThis.Boolean(object.is_error)
+        : false,
+      durationMs: isSet(object.durationMs)
+        ? globalThis.Number(object.durationMs)
+        : isSet(object.duration_ms)
+        ? globalThis.Number(object.duration_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: InnerToolCall): unknown {
+    const obj: any = {};
+    if (message.parentCallId !== "") {
+      obj.parentCallId = message.parentCallId;
+    }
+    if (message.index !== 0) {
+      obj.index = Math.round(message.index);
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.arguments !== "") {
+      obj.arguments = message.arguments;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    if (message.isError !== false) {
+      obj.isError = message.isError;
+    }
+    if (message.durationMs !== 0) {
+      obj.durationMs = floatToJson(message.durationMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<InnerToolCall>, I>>(base?: I): InnerToolCall {
+    return InnerToolCall.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<InnerToolCall>, I>>(object: I): InnerToolCall {
+    const message = createBaseInnerToolCall();
+    message.parentCallId = object.parentCallId ?? "";
+    message.index = object.index ?? 0;
+    message.name = object.name ?? "";
+    message.arguments = object.arguments ?? "";
+    message.content = object.content ?? "";
+    message.isError = object.isError ?? false;
+    message.durationMs = object.durationMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseSessionModeSet(): SessionModeSet {
+  return { mode: "", changedBy: "" };
+}
+
+export const SessionModeSet: MessageFns<SessionModeSet> = {
+  encode(message: SessionModeSet, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mode !== "") {
+      writer.uint32(10).string(message.mode);
+    }
+    if (message.changedBy !== "") {
+      writer.uint32(18).string(message.changedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionModeSet {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionModeSet();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.changedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionModeSet {
+    return {
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      changedBy: isSet(object.changedBy)
+        ? globalThis.String(object.changedBy)
+        : isSet(object.changed_by)
+        ? globalThis.String(object.changed_by)
+        : "",
+    };
+  },
+
+  toJSON(message: SessionModeSet): unknown {
+    const obj: any = {};
+    if (message.mode !== "") {
+      obj.mode = message.mode;
+    }
+    if (message.changedBy !== "") {
+      obj.changedBy = message.changedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SessionModeSet>, I>>(base?: I): SessionModeSet {
+    return SessionModeSet.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SessionModeSet>, I>>(object: I): SessionModeSet {
+    const message = createBaseSessionModeSet();
+    message.mode = object.mode ?? "";
+    message.changedBy = object.changedBy ?? "";
     return message;
   },
 };

@@ -6,6 +6,7 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
+import { QuestionAnswer } from "../../log/v1/events.js";
 
 export const protobufPackage = "tack.loop.v1";
 
@@ -24,6 +25,8 @@ export interface CreateSessionRequest {
   sessionId: string;
   /** Spending limit of the session in US dollars; 0 = none. */
   budgetUsd: number;
+  /** Start in plan mode (tools that can write are refused until a plan is approved). */
+  planMode?: boolean | undefined;
 }
 
 export interface CreateSessionResponse {
@@ -49,16 +52,33 @@ export interface SubmitMessageResponse {
 }
 
 /**
- * DecideApprovalRequest answers a pending approval. Sent first to the owner's subject
- * `<ns>.loop.session.<id>.decide`; with no owner, to `<ns>.loop.decide`.
+ * DecideApprovalRequest answers a tool call that waits for a person: an approval, a question or
+ * a plan. Sent first to the owner's subject `<ns>.loop.session.<id>.decide`; with no owner, to
+ * `<ns>.loop.decide`.
  */
 export interface DecideApprovalRequest {
   tenant: string;
   sessionId: string;
+  /** The waiting call; for a plan it may be empty (the plan waiting, if there is one). */
   callId: string;
-  /** `allow_once` or `reject`. */
+  /** Approval: `allow_once` or `reject`. Plan: `approve` or `reject`. Question: empty. */
   decision: string;
   decidedBy: string;
+  /** What is answered: empty or `approval`, `question`, `plan`. */
+  kind?:
+    | string
+    | undefined;
+  /** Question: one answer per question, in order. Optional (like kind and feedback) so that senders that predate it keep encoding. */
+  answers?:
+    | Answers
+    | undefined;
+  /** Plan: the reviewer's words (the model reads them with a rejection). */
+  feedback?: string | undefined;
+}
+
+/** Answers are a person's answers to the questions of one ask_user_question call. */
+export interface Answers {
+  answers: QuestionAnswer[];
 }
 
 export interface DecideApprovalResponse {
@@ -67,21 +87,24 @@ export interface DecideApprovalResponse {
 }
 
 /**
- * SetSandboxModeRequest changes a session's sandbox mode. Sent first to the owner's subject
- * `<ns>.loop.session.<id>.mode`; with no owner, to `<ns>.loop.mode`. Refused while a turn runs
- * (`loop.busy`) and while a container of a wider mode still runs a process
- * (`loop.mode_change_refused`).
+ * SetSandboxModeRequest changes one of a session's modes (`setting`). Sent first to the owner's
+ * subject `<ns>.loop.session.<id>.mode`; with no owner, to `<ns>.loop.mode`. Refused while a turn
+ * runs (`loop.busy`); a sandbox mode change also while a container of a wider mode still runs a
+ * process (`loop.mode_change_refused`), a session mode change once the session has a turn
+ * (`loop.mode_fixed`).
  */
 export interface SetSandboxModeRequest {
   tenant: string;
   sessionId: string;
-  /** `read-only`, `workspace-write` or `danger-full-access`. */
+  /** Sandbox: `read-only`, `workspace-write` or `danger-full-access`. Plan: `on` or `off`. Session: a tools mode (standard, code, ...). */
   mode: string;
   changedBy: string;
+  /** Which mode: empty or `sandbox`, `plan`, `session`. */
+  setting?: string | undefined;
 }
 
 export interface SetSandboxModeResponse {
-  /** Seq of the logged sandbox/mode event; 0 when the session already was in that mode. */
+  /** Seq of the logged sandbox/mode (plan/mode, session/mode) event; 0 when the session already was in that mode. */
   seq: number;
 }
 
@@ -121,6 +144,7 @@ function createBaseCreateSessionRequest(): CreateSessionRequest {
     title: "",
     sessionId: "",
     budgetUsd: 0,
+    planMode: undefined,
   };
 }
 
@@ -152,6 +176,9 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     }
     if (message.budgetUsd !== 0) {
       writer.uint32(73).double(message.budgetUsd);
+    }
+    if (message.planMode !== undefined) {
+      writer.uint32(80).bool(message.planMode);
     }
     return writer;
   },
@@ -241,6 +268,14 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
             message.budgetUsd = reader.double();
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.planMode = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -280,6 +315,11 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
         : isSet(object.budget_usd)
         ? globalThis.Number(object.budget_usd)
         : 0,
+      planMode: isSet(object.planMode)
+        ? globalThis.Boolean(object.planMode)
+        : isSet(object.plan_mode)
+        ? globalThis.Boolean(object.plan_mode)
+        : undefined,
     };
   },
 
@@ -312,6 +352,9 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     if (message.budgetUsd !== 0) {
       obj.budgetUsd = floatToJson(message.budgetUsd);
     }
+    if (message.planMode !== undefined) {
+      obj.planMode = message.planMode;
+    }
     return obj;
   },
 
@@ -329,6 +372,7 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     message.title = object.title ?? "";
     message.sessionId = object.sessionId ?? "";
     message.budgetUsd = object.budgetUsd ?? 0;
+    message.planMode = object.planMode ?? undefined;
     return message;
   },
 };
@@ -613,7 +657,16 @@ export const SubmitMessageResponse: MessageFns<SubmitMessageResponse> = {
 };
 
 function createBaseDecideApprovalRequest(): DecideApprovalRequest {
-  return { tenant: "", sessionId: "", callId: "", decision: "", decidedBy: "" };
+  return {
+    tenant: "",
+    sessionId: "",
+    callId: "",
+    decision: "",
+    decidedBy: "",
+    kind: undefined,
+    answers: undefined,
+    feedback: undefined,
+  };
 }
 
 export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
@@ -632,6 +685,15 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
     }
     if (message.decidedBy !== "") {
       writer.uint32(42).string(message.decidedBy);
+    }
+    if (message.kind !== undefined) {
+      writer.uint32(50).string(message.kind);
+    }
+    if (message.answers !== undefined) {
+      Answers.encode(message.answers, writer.uint32(58).fork()).join();
+    }
+    if (message.feedback !== undefined) {
+      writer.uint32(66).string(message.feedback);
     }
     return writer;
   },
@@ -689,6 +751,30 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
             message.decidedBy = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.answers = Answers.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.feedback = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -720,6 +806,9 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
         : isSet(object.decided_by)
         ? globalThis.String(object.decided_by)
         : "",
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : undefined,
+      answers: isSet(object.answers) ? Answers.fromJSON(object.answers) : undefined,
+      feedback: isSet(object.feedback) ? globalThis.String(object.feedback) : undefined,
     };
   },
 
@@ -740,6 +829,15 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
     if (message.decidedBy !== "") {
       obj.decidedBy = message.decidedBy;
     }
+    if (message.kind !== undefined) {
+      obj.kind = message.kind;
+    }
+    if (message.answers !== undefined) {
+      obj.answers = Answers.toJSON(message.answers);
+    }
+    if (message.feedback !== undefined) {
+      obj.feedback = message.feedback;
+    }
     return obj;
   },
 
@@ -753,6 +851,82 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
     message.callId = object.callId ?? "";
     message.decision = object.decision ?? "";
     message.decidedBy = object.decidedBy ?? "";
+    message.kind = object.kind ?? undefined;
+    message.answers = (object.answers !== undefined && object.answers !== null)
+      ? Answers.fromPartial(object.answers)
+      : undefined;
+    message.feedback = object.feedback ?? undefined;
+    return message;
+  },
+};
+
+function createBaseAnswers(): Answers {
+  return { answers: [] };
+}
+
+export const Answers: MessageFns<Answers> = {
+  encode(message: Answers, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.answers) {
+      QuestionAnswer.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Answers {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAnswers();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.answers.push(QuestionAnswer.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Answers {
+    return {
+      answers: globalThis.Array.isArray(object?.answers)
+        ? object.answers.map((e: any) => QuestionAnswer.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: Answers): unknown {
+    const obj: any = {};
+    if (message.answers?.length) {
+      obj.answers = message.answers.map((e) => QuestionAnswer.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Answers>, I>>(base?: I): Answers {
+    return Answers.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Answers>, I>>(object: I): Answers {
+    const message = createBaseAnswers();
+    message.answers = object.answers?.map((e) => QuestionAnswer.fromPartial(e)) || [];
     return message;
   },
 };
@@ -825,7 +999,7 @@ export const DecideApprovalResponse: MessageFns<DecideApprovalResponse> = {
 };
 
 function createBaseSetSandboxModeRequest(): SetSandboxModeRequest {
-  return { tenant: "", sessionId: "", mode: "", changedBy: "" };
+  return { tenant: "", sessionId: "", mode: "", changedBy: "", setting: undefined };
 }
 
 export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
@@ -841,6 +1015,9 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
     }
     if (message.changedBy !== "") {
       writer.uint32(34).string(message.changedBy);
+    }
+    if (message.setting !== undefined) {
+      writer.uint32(42).string(message.setting);
     }
     return writer;
   },
@@ -890,6 +1067,14 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
             message.changedBy = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.setting = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -916,6 +1101,7 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
         : isSet(object.changed_by)
         ? globalThis.String(object.changed_by)
         : "",
+      setting: isSet(object.setting) ? globalThis.String(object.setting) : undefined,
     };
   },
 
@@ -933,6 +1119,9 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
     if (message.changedBy !== "") {
       obj.changedBy = message.changedBy;
     }
+    if (message.setting !== undefined) {
+      obj.setting = message.setting;
+    }
     return obj;
   },
 
@@ -945,6 +1134,7 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
     message.sessionId = object.sessionId ?? "";
     message.mode = object.mode ?? "";
     message.changedBy = object.changedBy ?? "";
+    message.setting = object.setting ?? undefined;
     return message;
   },
 };

@@ -86,6 +86,15 @@ export interface ToolSpec {
   description: string;
   /** JSON Schema of the arguments, serialized as JSON text (stable key order). */
   parametersJson: string;
+  /**
+   * The rest is for the harness, never sent to the model (providers send only the three fields above).
+   * What a sandbox mode can deny the tool: `writes`, `network`; empty when it takes no sandbox_permissions.
+   */
+  deniable: string[];
+  /** The argument a person is shown as the call's operation on an approval card (e.g. bash's `command`); empty: all arguments. */
+  operationArgument: string;
+  /** Who carries calls out: empty for the tools service (in the sandbox), `session` for the loop (the call changes the session, not the sandbox). */
+  handler: string;
 }
 
 /** ToolCall is one call the model asked for. */
@@ -121,7 +130,7 @@ export interface Usage {
 }
 
 function createBaseToolSpec(): ToolSpec {
-  return { name: "", description: "", parametersJson: "" };
+  return { name: "", description: "", parametersJson: "", deniable: [], operationArgument: "", handler: "" };
 }
 
 export const ToolSpec: MessageFns<ToolSpec> = {
@@ -134,6 +143,15 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     }
     if (message.parametersJson !== "") {
       writer.uint32(26).string(message.parametersJson);
+    }
+    for (const v of message.deniable) {
+      writer.uint32(34).string(v!);
+    }
+    if (message.operationArgument !== "") {
+      writer.uint32(42).string(message.operationArgument);
+    }
+    if (message.handler !== "") {
+      writer.uint32(50).string(message.handler);
     }
     return writer;
   },
@@ -175,6 +193,30 @@ export const ToolSpec: MessageFns<ToolSpec> = {
             message.parametersJson = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.deniable.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.operationArgument = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.handler = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -196,6 +238,13 @@ export const ToolSpec: MessageFns<ToolSpec> = {
         : isSet(object.parameters_json)
         ? globalThis.String(object.parameters_json)
         : "",
+      deniable: globalThis.Array.isArray(object?.deniable) ? object.deniable.map((e: any) => globalThis.String(e)) : [],
+      operationArgument: isSet(object.operationArgument)
+        ? globalThis.String(object.operationArgument)
+        : isSet(object.operation_argument)
+        ? globalThis.String(object.operation_argument)
+        : "",
+      handler: isSet(object.handler) ? globalThis.String(object.handler) : "",
     };
   },
 
@@ -210,6 +259,15 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     if (message.parametersJson !== "") {
       obj.parametersJson = message.parametersJson;
     }
+    if (message.deniable?.length) {
+      obj.deniable = message.deniable;
+    }
+    if (message.operationArgument !== "") {
+      obj.operationArgument = message.operationArgument;
+    }
+    if (message.handler !== "") {
+      obj.handler = message.handler;
+    }
     return obj;
   },
 
@@ -221,6 +279,9 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     message.name = object.name ?? "";
     message.description = object.description ?? "";
     message.parametersJson = object.parametersJson ?? "";
+    message.deniable = object.deniable?.map((e) => e) || [];
+    message.operationArgument = object.operationArgument ?? "";
+    message.handler = object.handler ?? "";
     return message;
   },
 };
