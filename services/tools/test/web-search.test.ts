@@ -3,6 +3,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { waitFor } from "@tack/testkit";
 import { z } from "zod";
 import type { ToolContext } from "../src/tool.js";
 import { ToolError } from "../src/tool.js";
@@ -281,6 +282,24 @@ describe("web search", () => {
     // The failed call is the provider's state; a probe finds the same.
     expect((await tool.registry.health()).providers.find((p) => p.id === "brave")).toMatchObject({ healthy: false, detail: expect.stringMatching(/^Brave Search could not be reached/) });
     expect((await tool.registry.health({ refresh: true })).providers.find((p) => p.id === "brave")!.detail).toMatch(/^probe: Brave Search could not be reached \(.*ECONNREFUSED/);
+  });
+
+  it("web search - a provider that does not answer in time is an error; a call cancelled by its caller leaves the provider's state alone", async () => {
+    const env = { BRAVE_API_KEY: BRAVE_KEY };
+    const slow = createWebSearch({ env, providers: [braveProvider({ env, baseUrl: fixtures.url("brave-hang"), timeoutMs: 300 })] });
+    expect(await refusal(slow.execute({ query: "q" }, context()))).toBe("web_search failed: Brave Search did not answer in time; try again later");
+    expect((await slow.registry.health()).providers[0]).toMatchObject({ healthy: false, detail: "Brave Search did not answer in time; try again later" });
+
+    const patient = createWebSearch({ env, providers: [braveProvider({ env, baseUrl: fixtures.url("brave-hang") })], probeTimeoutMs: 300 });
+    const cancel = new AbortController();
+    const call = patient.execute({ query: "q" }, context(cancel.signal)).then(() => "answered", (error: unknown) => error);
+    await waitFor("the request to reach the server", () => fixtures.seen.some((s) => s.scenario === "brave-hang" && s.query.get("q") === "q") || undefined);
+    cancel.abort(new Error("tools service stopping"));
+    const error = await call;
+    expect(error).not.toBeInstanceOf(ToolError);
+    expect((error as Error).message).toBe("tools service stopping");
+    // No state was recorded, so health probes (and the probe's own time limit ends it).
+    expect((await patient.registry.health()).providers[0]!.detail).toBe("probe: Brave Search did not answer in time; try again later");
   });
 
   it("web search - selection: the configured id wins, else the only provider with a key, else an error naming the candidates or saying how to configure one", async () => {

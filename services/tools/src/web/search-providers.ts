@@ -146,6 +146,8 @@ export class SearchRegistry {
       this.#record(provider.id, true, `last search answered (${answer.results.length} results)`);
       return { provider, answer };
     } catch (error) {
+      // A call cancelled by its caller says nothing about the provider.
+      if (signal.aborted) throw error;
       const failure = asProviderError(provider, key, error);
       if (failure.health) this.#record(provider.id, false, failure.message);
       throw failure;

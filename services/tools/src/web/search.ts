@@ -19,6 +19,8 @@ export interface WebSearchOptions {
   readonly maxResultChars?: number;
   /** How long a health state stands before the health request probes again; default 5 min. */
   readonly healthTtlMs?: number;
+  /** A health probe's time limit; default 15 s. */
+  readonly probeTimeoutMs?: number;
 }
 
 /** web_search plus the registry behind it, whose health the tools service answers on `tools.web_health`. */
@@ -57,6 +59,7 @@ export function createWebSearch(options: WebSearchOptions = {}): WebSearchTool {
     providers: options.providers ?? providersFromEnv(env, options.home),
     ...(selected ? { selected } : {}),
     ...(options.healthTtlMs !== undefined ? { healthTtlMs: options.healthTtlMs } : {}),
+    ...(options.probeTimeoutMs !== undefined ? { probeTimeoutMs: options.probeTimeoutMs } : {}),
   });
   const maxChars = options.maxResultChars ?? 8_000;
   const tool = defineTool({

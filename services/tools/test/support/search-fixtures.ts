@@ -64,6 +64,8 @@ export async function startSearchFixtures(): Promise<SearchFixtureServer> {
       const body = Buffer.concat(chunks).toString("utf8");
       seen.push({ scenario, method: request.method ?? "", path: `/${rest.join("/")}`, query: url.searchParams, headers: request.headers, body });
       const key = String(request.headers["x-subscription-token"] ?? request.headers["x-api-key"] ?? "");
+      // Never answers (the client's time limit or cancel ends the request).
+      if (scenario.endsWith("-hang")) return;
       const entry = SCENARIOS[scenario];
       if (!entry) return void response.writeHead(404, { "content-type": "text/plain" }).end(`no scenario ${scenario}`);
       const isProbe = scenario.startsWith("deepseek") && !("tools" in (JSON.parse(body || "{}") as object));
