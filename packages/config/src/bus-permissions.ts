@@ -89,6 +89,8 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"),
         // GET /v1/sessions/:id/context counts tokens.
         n.llmCount,
+        // GET /v1/web/search/health asks the tools service for its search providers' state.
+        n.toolsWebHealth,
         // Managed workspaces: the sandbox service unpacks and packs their archives, which pass
         // through an object store; nothing else of the sandbox's.
         n.workspaceCreate, n.workspaceExport, n.workspaceDelete,
