@@ -4,6 +4,8 @@ import type { CallToolRequest, CallToolResponse, InnerCall, ToolSpec } from "@ta
 import { z } from "zod";
 import { parseSandboxMode } from "./permissions.js";
 import { runCodeTool } from "./modes/code.js";
+import { editor } from "./modes/editor.js";
+import { shell } from "./modes/shell.js";
 import { CallSandbox, sandboxRetryPolicy, type SandboxClient } from "./sandbox.js";
 import { ToolError, type SpillReader, type Tool, type ToolContext } from "./tool.js";
 import { bash } from "./tools/bash.js";
@@ -33,6 +35,7 @@ const MODES: Readonly<Record<string, readonly Tool[]>> = {
   standard: [read, write, edit, glob, grep, bash, job_list, job_output, job_kill, todo_write, ask_user_question, exit_plan_mode, session_search],
   // One tool: a program that calls the standard tools (the whole list, appended ones included).
   code: [runCodeTool(() => MODES.standard!)],
+  minimal: [shell, editor],
 };
 
 const TOOLS = new Map<string, Tool>(Object.values(MODES).flat().map((tool) => [tool.name, tool]));
