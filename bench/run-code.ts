@@ -16,7 +16,7 @@ const CALLS_PER_BATCH = 50;
 const TASK = "slugify breaks on repeated spaces; fix it and run the tests";
 
 /** Tokens of a first request (system prompt, the mode's tools, the task) as the DeepSeek request body counts them. */
-function firstRequestTokens(mode: string): number {
+export function firstRequestTokens(mode: string): number {
   const prompts = join(import.meta.dirname, "../services/loop/src/prompts");
   // A mode without its own prompt (yet) is counted with the standard one.
   const file = existsSync(join(prompts, `${mode}.md`)) ? join(prompts, `${mode}.md`) : join(prompts, "standard.md");

@@ -10,15 +10,20 @@ const TEMPLATE = readFileSync(new URL("./code.txt", import.meta.url), "utf8").tr
 const HIDDEN = new Set(Object.keys(escalationParameters));
 
 /**
- * run_code, code mode's only tool: a TypeScript program that calls `callable()` (the standard
- * tools) as `tools.<name>(args)`, each call made through `ctx.callInner`, i.e. the normal
- * `callTool` path (validation, sandbox, span). Its description ends with TypeScript declarations
- * of those tools, generated from their schemas when first listed.
+ * run_code, code mode's only tool: a TypeScript program that calls the tools of `standard()` as
+ * `tools.<name>(args)`, each call made through `ctx.callInner`, i.e. the normal `callTool` path
+ * (validation, sandbox, span). Tools the loop carries out (`handler: "session"`) are left out: a
+ * call from a program never reaches the loop. Its description ends with TypeScript declarations
+ * of the callable tools, generated from their schemas when first listed.
  */
-export function runCodeTool(callable: () => readonly Tool[], limits: CodeLimits = codeLimitsFromEnv()) {
+export function runCodeTool(standard: () => readonly Tool[], limits: CodeLimits = codeLimitsFromEnv()) {
+  const callable = () => standard().filter((t) => t.handler !== "session");
   let description: string | undefined;
   const tool = defineTool({
     name: "run_code",
+    // What its calls can be denied; an approved wider mode is what every call of the program runs under.
+    deniable: ["writes", "network"],
+    operation: "code",
     get description() {
       description ??= `${TEMPLATE.replace("{limits}", describeLimits(limits))}\n\n${declarations(callable())}`;
       return description;

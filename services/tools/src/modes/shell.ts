@@ -22,6 +22,8 @@ const EXEC_MARGIN_MS = 10_000;
  */
 export const shell = defineTool({
   name: "shell",
+  deniable: ["writes", "network"],
+  operation: "command",
   description: readFileSync(new URL("./shell.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     command: argvString("The command to run"),
