@@ -49,11 +49,11 @@ describe("code mode", () => {
     expect(tools.map((t) => t.name)).toEqual(["run_code"]);
     const description = tools[0]!.description;
     const standard = listTools("standard");
-    for (const tool of standard.filter((t) => t.handler === "")) expect(description).toContain(`  ${tool.name}(args: {`);
+    for (const tool of standard.filter((t) => t.handler === "")) expect(description).toContain(`  ${tool.name}(args`);
     // Tools the loop carries out are not callable from a program: such a call never reaches the loop.
     const session = standard.filter((t) => t.handler === "session");
     expect(session.length).toBeGreaterThan(0);
-    for (const tool of session) expect(description).not.toContain(`  ${tool.name}(args: {`);
+    for (const tool of session) expect(description).not.toContain(`  ${tool.name}(args`);
     expect(description).toContain("    path: string; // File path, relative to /workspace or absolute");
     expect(description).toContain("    limit?: number; // Maximum number of lines; default 2000");
     // What only the loop acts on is left out of the signatures.

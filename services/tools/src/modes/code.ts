@@ -70,9 +70,13 @@ export function declarations(tools: readonly Tool[]): string {
     const schema = z.toJSONSchema(tool.parameters, { io: "input" }) as JsonSchema;
     const required = new Set(schema.required ?? []);
     lines.push(`  // ${tool.description.replace(/\s*\n\s*/g, " ")}`);
+    const fields = Object.entries(schema.properties ?? {}).filter(([name]) => !HIDDEN.has(name));
+    if (fields.length === 0) {
+      lines.push(`  ${tool.name}(args?: {}): Promise<string>;`);
+      continue;
+    }
     lines.push(`  ${tool.name}(args: {`);
-    for (const [name, field] of Object.entries(schema.properties ?? {})) {
-      if (HIDDEN.has(name)) continue;
+    for (const [name, field] of fields) {
       const optional = !required.has(name) || field.default !== undefined;
       const notes = [field.description, field.default !== undefined ? `default ${JSON.stringify(field.default)}` : undefined].filter(Boolean);
       lines.push(`    ${name}${optional ? "?" : ""}: ${tsType(field)};${notes.length ? ` // ${notes.join("; ")}` : ""}`);
