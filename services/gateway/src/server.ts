@@ -6,7 +6,7 @@ import { Bus, TackError } from "@tack/bus";
 import { registerMicro } from "@tack/bus";
 import { logger } from "@tack/telemetry";
 import { createKey, listKeys, listTenants, revokeKey } from "./admin.js";
-import { decideApproval } from "./approvals.js";
+import { answerQuestion, decideApproval, decidePlan } from "./approvals.js";
 import { AuditLog, callerKeyId, listAudit } from "./audit.js";
 import { authenticate } from "./auth.js";
 import { openDatabase, ping, type Database } from "./db.js";
@@ -14,11 +14,12 @@ import { deleteSession, deleteSessionRoute, startRetentionSweep } from "./deleti
 import { GatewayError, respondWithErrors } from "./errors.js";
 import { streamEvents } from "./events.js";
 import { compose, sendJson, type Exchange, type Handler } from "./http.js";
-import { setSandboxMode } from "./mode.js";
+import { setPlanMode, setSandboxMode, setSessionMode } from "./mode.js";
 import { tenantUsage } from "./usage.js";
 import { sessionContext } from "./context.js";
 import { compileOptions, type GatewayOptions } from "./options.js";
 import { TenantPolicies } from "./policy.js";
+import { getTodos } from "./session-state.js";
 import { createSession, getSession, listSessions, submitMessage, type GatewayContext } from "./sessions.js";
 import { SessionIndex } from "./store.js";
 import { traceRequest } from "./tracing.js";
@@ -84,6 +85,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       { method: "GET", pattern: "/v1/sessions/:id/events", handler: streamEvents(context) },
       { method: "POST", pattern: "/v1/sessions/:id/approvals/:call_id", handler: decideApproval(context) },
       { method: "POST", pattern: "/v1/sessions/:id/sandbox_mode", handler: setSandboxMode(context) },
+      { method: "POST", pattern: "/v1/sessions/:id/questions/:call_id", handler: answerQuestion(context) },
+      { method: "POST", pattern: "/v1/sessions/:id/plan", handler: decidePlan(context) },
+      { method: "POST", pattern: "/v1/sessions/:id/plan_mode", handler: setPlanMode(context) },
+      { method: "POST", pattern: "/v1/sessions/:id/mode", handler: setSessionMode(context) },
+      { method: "GET", pattern: "/v1/sessions/:id/todos", handler: getTodos(context) },
       { method: "GET", pattern: "/v1/sessions/:id/context", handler: sessionContext(context) },
       { method: "GET", pattern: "/v1/usage", handler: tenantUsage(context) },
       { method: "GET", pattern: "/v1/audit", handler: listAudit(context.audit) },

@@ -13,6 +13,7 @@ import { sendJson, type Exchange, type Handler } from "./http.js";
 import type { CompiledOptions } from "./options.js";
 import type { TenantPolicies } from "./policy.js";
 import type { SessionIndex, SessionRow } from "./store.js";
+import { sessionState } from "./session-state.js";
 import { sessionUsage } from "./usage.js";
 import { sessionWorkspace, type WorkspaceIndex } from "./workspaces.js";
 
@@ -40,7 +41,9 @@ const CreateSessionBody = z.strictObject({
   workspace_id: z.string({ error: "must be a string: the id of a managed workspace (POST /v1/workspaces)" }).regex(/^ws_[0-9a-f]{20}$/, "must be a managed workspace id like ws_0123456789abcdef0123").optional(),
   model: z.string({ error: required("a model reference such as deepseek:deepseek-chat") })
     .regex(/^[a-z0-9][a-z0-9_-]*:\S.*$/, "must be <provider>:<model>, e.g. deepseek:deepseek-chat or scripted:/abs/script.json"),
-  mode: z.enum(["standard"]).default("standard"),
+  // Which modes exist is the tools service's to say: the loop asks it and refuses an unknown one, naming those it has.
+  mode: z.string({ error: "must be a string: standard, code, minimal or creator" }).regex(/^[a-z][a-z0-9_-]{0,31}$/, "must be a mode name such as standard or code").default("standard"),
+  plan_mode: z.boolean({ error: "must be true or false" }).default(false),
   // Absent: workspace-write, or the tenant's widest mode when that is narrower (TenantPolicies.admitSession).
   sandbox_mode: z.enum(SANDBOX_MODES).optional(),
   approval_policy: z.enum(["ask", "never"]).default("ask"),
@@ -89,6 +92,7 @@ export function createSession(context: GatewayContext): Handler {
     const { bus } = context;
     const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
       tenant, mode: body.mode, model: body.model, workspace, sandboxMode, approvalPolicy: body.approval_policy, title: body.title, budgetUsd: body.budget_usd ?? 0,
+      planMode: body.plan_mode,
     }), CreateSessionResponse, { timeoutMs: context.options.loopTimeoutMs });
     const at = timestamp();
     const row: SessionRow = {
@@ -96,7 +100,7 @@ export function createSession(context: GatewayContext): Handler {
       sandbox_mode: sandboxMode, approval_policy: body.approval_policy, created_at: at, updated_at: at, archived: 0,
     };
     await context.index.insertSession(row);
-    sendJson(exchange.res, 201, { ...sessionJson(context, row), subject: created.subject }, { location: `/v1/sessions/${row.id}` });
+    sendJson(exchange.res, 201, { ...sessionJson(context, row), plan_mode: body.plan_mode, subject: created.subject }, { location: `/v1/sessions/${row.id}` });
   };
 }
 
@@ -114,12 +118,17 @@ export function listSessions(context: GatewayContext): Handler {
   };
 }
 
-/** `GET /v1/sessions/:id`: the index row, the seq of the last logged event, and money and tokens (total and per turn) from the log. */
+/**
+ * `GET /v1/sessions/:id`: the index row, the seq of the last logged event, money and tokens
+ * (total and per turn), and from the log: the mode, plan mode, the task list and the tool calls
+ * waiting for a person (approvals, questions, a plan).
+ */
 export function getSession(context: GatewayContext): Handler {
   return async (exchange) => {
     const row = await requireSession(context, exchange);
     const events = await readAll(context.bus.nc, context.bus.names, { tenant: row.tenant, sessionId: row.id });
-    sendJson(exchange.res, 200, { ...sessionJson(context, row), last_seq: events.at(-1)?.seq ?? 0, usage: sessionUsage(events) });
+    const { mode, ...state } = sessionState(events);
+    sendJson(exchange.res, 200, { ...sessionJson(context, row), mode: mode ?? row.mode, ...state, last_seq: events.at(-1)?.seq ?? 0, usage: sessionUsage(events) });
   };
 }
 

@@ -95,6 +95,11 @@ export class SessionIndex {
     await this.#db.updateTable("sessions").set({ sandbox_mode: mode, updated_at: timestamp() }).where("id", "=", id).execute();
   }
 
+  /** Records a session's new mode (changed before its first message). */
+  async setMode(id: string, mode: string): Promise<void> {
+    await this.#db.updateTable("sessions").set({ mode, updated_at: timestamp() }).where("id", "=", id).execute();
+  }
+
   /** Records activity on a session (a posted message). */
   async touchSession(id: string): Promise<void> {
     await this.#db.updateTable("sessions").set({ updated_at: timestamp() }).where("id", "=", id).execute();
