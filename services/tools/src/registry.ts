@@ -1,9 +1,10 @@
 import { trace } from "@opentelemetry/api";
-import { inSpan, TackError, type RetryPolicy } from "@tack/bus";
-import type { CallToolRequest, CallToolResponse, InnerCall, ToolSpec } from "@tack/proto";
+import { inSpan, TackError, type Bus, type RetryPolicy } from "@tack/bus";
+import type { CallToolRequest, CallToolResponse, DefinedTools, InnerCall, ToolSpec } from "@tack/proto";
 import { z } from "zod";
 import { parseSandboxMode } from "./permissions.js";
 import { runCodeTool } from "./modes/code.js";
+import { compositionTool, definedSpecs, definedTool, defineToolTool, definitionOf, latest } from "./modes/creator.js";
 import { editor } from "./modes/editor.js";
 import { shell } from "./modes/shell.js";
 import { CallSandbox, sandboxRetryPolicy, type SandboxClient } from "./sandbox.js";
@@ -36,13 +37,23 @@ const MODES: Readonly<Record<string, readonly Tool[]>> = {
   // One tool: a program that calls the standard tools (the whole list, appended ones included).
   code: [runCodeTool(() => MODES.standard!)],
   minimal: [shell, editor],
+  // Every standard tool (appended ones included), then the ones that inspect and extend the composition.
+  get creator() {
+    return [...this.standard!, ...CREATOR];
+  },
 };
+
+const CREATOR: readonly Tool[] = [compositionTool(() => MODES), defineToolTool(() => TOOLS.keys())];
 
 const TOOLS = new Map<string, Tool>(Object.values(MODES).flat().map((tool) => [tool.name, tool]));
 
-/** The tools of `mode` as the model sees them; throws TackError `tools.unknown_mode` for a mode that does not exist. */
-export function listTools(mode: string): ToolSpec[] {
-  return modeTools(mode).map(toolSpec);
+/**
+ * The tools of `mode` as the model sees them, in creator mode followed by the tools the session
+ * defined; throws TackError `tools.unknown_mode` for a mode that does not exist.
+ */
+export function listTools(mode: string, defined?: DefinedTools): ToolSpec[] {
+  const specs = modeTools(mode).map(toolSpec);
+  return mode === "creator" ? [...specs, ...definedSpecs(defined)] : specs;
 }
 
 function modeTools(mode: string): readonly Tool[] {
@@ -64,6 +75,8 @@ export interface CallToolContext {
   readonly signal: AbortSignal;
   /** How sandbox requests are retried when no replica answers or one stops answering (default: 60 s window). */
   readonly retry?: RetryPolicy;
+  /** The service's bus, for tools that describe the deployment (composition). */
+  readonly bus?: Bus;
 }
 
 /**
@@ -74,12 +87,23 @@ export interface CallToolContext {
  * an unknown tool (`tools.unknown_tool`), an unknown mode (`tools.bad_sandbox_mode`,
  * `tools.unknown_mode`) or a sandbox that cannot be reached is thrown, since the model cannot
  * fix any of them. The tool calls a run_code program makes run through here too, as calls of
- * the standard mode with ids `<call id>.<n>`, and come back in `innerCalls`.
+ * the standard mode with ids `<call id>.<n>`, and come back in `innerCalls`. In creator mode a
+ * call may name a tool the session defined (`request.defined`); a successful define_tool call
+ * comes back with its definition in `defined`.
  */
 export async function callTool(request: CallToolRequest, context: CallToolContext): Promise<CallToolResponse> {
   const started = performance.now();
   const sessionMode = request.sessionMode || "standard";
-  const tool = modeTools(sessionMode).find((t) => t.name === request.name);
+  let tool = modeTools(sessionMode).find((t) => t.name === request.name);
+  const definition = sessionMode === "creator" && !tool ? latest(request.defined).find((d) => d.name === request.name) : undefined;
+  if (definition) {
+    try {
+      tool = definedTool(definition);
+    } catch (error) {
+      if (!(error instanceof ToolError)) throw error;
+      return { content: error.message, isError: true, durationMs: performance.now() - started, retries: [], replayed: false, innerCalls: [], defined: undefined };
+    }
+  }
   if (!tool && TOOLS.has(request.name)) {
     const content = sessionMode === "code"
       ? `Not run: in code mode ${request.name} is called from a run_code program, e.g. run_code with code: console.log(await tools.${request.name}(${request.arguments || "{}"}))`
@@ -126,7 +150,8 @@ export async function callTool(request: CallToolRequest, context: CallToolContex
   });
   return {
     content: capResult(content), isError, durationMs: performance.now() - started, retries: sandbox.retries,
-    replayed: sandbox.replayed || innerReplayed, innerCalls, defined: undefined,
+    replayed: sandbox.replayed || innerReplayed, innerCalls,
+    defined: tool.name === "define_tool" && !isError ? definitionOf(request.arguments) : undefined,
   };
 }
 
@@ -156,7 +181,7 @@ async function runTool(
     const address = { tenant: request.tenant, sessionId: request.sessionId };
     const content = await tool.execute(parsed.data, {
       sessionId: request.sessionId, callId: request.callId, signal: context.signal, sandbox: context.sandbox, mode,
-      spilled: (callId) => context.spills.get(address, callId), callInner,
+      spilled: (callId) => context.spills.get(address, callId), callInner, bus: context.bus, defined: latest(request.defined),
     });
     return { content, isError: false };
   } catch (error) {

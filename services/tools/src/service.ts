@@ -61,9 +61,9 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
   };
 
   const subscriptions = [
-    bus.serve(bus.names.toolsList, QUEUE, ListToolsRequest, ListToolsResponse, async (request) => ({ tools: listTools(request.mode) })),
+    bus.serve(bus.names.toolsList, QUEUE, ListToolsRequest, ListToolsResponse, async (request) => ({ tools: listTools(request.mode, request.defined) })),
     bus.serve(bus.names.toolsCall, QUEUE, CallToolRequest, CallToolResponse, (request) =>
-      track(callTool(request, { sandbox, spills, signal: stopping.signal, retry })),
+      track(callTool(request, { sandbox, spills, signal: stopping.signal, retry, bus })),
     ),
     bus.serve(bus.names.toolsWebHealth, QUEUE, WebSearchHealthRequest, WebSearchHealthResponse, (request) => webSearchHealth(request)),
   ];

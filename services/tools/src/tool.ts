@@ -1,3 +1,5 @@
+import type { Bus } from "@tack/bus";
+import type { DefinedTool } from "@tack/proto";
 import type { z } from "zod";
 import type { Denied, SandboxMode } from "./permissions.js";
 import type { SandboxClient } from "./sandbox.js";
@@ -18,6 +20,10 @@ export interface ToolContext {
   spilled(callId: string): Promise<Uint8Array | undefined>;
   /** Runs a standard-mode tool as part of this call (the normal callTool path, same session and sandbox mode); what run_code programs call. */
   callInner?(name: string, args: string): Promise<{ content: string; isError: boolean }>;
+  /** The tools service's bus, for tools that describe the deployment (composition); absent where no bus runs. */
+  readonly bus?: Bus;
+  /** The tools this session defined (creator mode), as the loop sent them. */
+  readonly defined?: readonly DefinedTool[];
 }
 
 /** Where the tools service finds results the loop spilled (in production the log's `SpillBucket`). */

@@ -1,0 +1,135 @@
+import { readFileSync } from "node:fs";
+import { discoverMicro, type Bus } from "@tack/bus";
+import type { DefinedTool, DefinedTools, ToolSpec } from "@tack/proto";
+import { z } from "zod";
+import { denialLines, escalationParameters } from "../permissions.js";
+import { defineTool, ToolError, type Tool } from "../tool.js";
+import { deniedBy } from "../tools/bash.js";
+import { exec, MAX_STREAM_BYTES } from "../tools/exec.js";
+
+/** A defined tool's name: what providers accept as a function name, and short. */
+const NAME = /^[a-z][a-z0-9_]{0,47}$/;
+const MAX_DESCRIPTION_CHARS = 1000;
+const RUN_TIMEOUT_MS = 60_000;
+const INTERPRETERS = { bash: "bash", python3: "python3" } as const;
+
+/**
+ * composition (creator mode): what runs, as seen from the tools service: the services that answer
+ * NATS micro discovery on its bus, grouped by service, and the tools of every mode. The model
+ * provider is the llm service's business; it does not advertise it, so it is not shown.
+ */
+export function compositionTool(modes: () => Readonly<Record<string, readonly Tool[]>>) {
+  return defineTool({
+    name: "composition",
+    description: readFileSync(new URL("./composition.txt", import.meta.url), "utf8").trim(),
+    parameters: z.strictObject({}),
+    async execute(_args, ctx) {
+      const lines = ["services (NATS micro discovery, this namespace):"];
+      lines.push(...(ctx.bus ? await services(ctx.bus) : ["  (not known: this tools service runs without a bus)"]));
+      lines.push("tools by session mode:");
+      for (const [mode, tools] of Object.entries(modes())) lines.push(`  ${mode}: ${tools.map((t) => t.name).join(", ")}`);
+      const defined = ctx.defined ?? [];
+      lines.push(`defined in this session: ${defined.length ? defined.map((d) => `${d.name} (${d.language})`).join(", ") : "none"}`);
+      return lines.join("\n");
+    },
+  });
+}
+
+async function services(bus: Bus): Promise<string[]> {
+  const found = await discoverMicro(bus, { verb: "INFO" });
+  const byService = new Map<string, typeof found>();
+  for (const info of found) byService.set(info.instance.service, [...(byService.get(info.instance.service) ?? []), info]);
+  if (byService.size === 0) return ["  (none answered)"];
+  return [...byService.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([service, instances]) => {
+    const versions = [...new Set(instances.map((i) => i.version))].join(", ");
+    const hosts = [...new Set(instances.map((i) => i.instance.host))].join(", ");
+    const extra = [...new Set(instances.flatMap((i) => ["runtime", "replica"].filter((k) => i.instance.metadata[k]).map((k) => `${k} ${i.instance.metadata[k]}`)))];
+    return `  ${service}: ${instances.length} instance${instances.length === 1 ? "" : "s"}, version ${versions}, on ${hosts}${extra.length ? `; ${extra.join(", ")}` : ""}`;
+  });
+}
+
+/**
+ * define_tool (creator mode): checks a definition and answers with it; `callTool` returns it as
+ * `CallToolResponse.defined`, and the loop logs it and sends it back with every later list and
+ * call (that is what makes it last: this service keeps nothing). `builtin` names the tools no
+ * definition may shadow.
+ */
+export function defineToolTool(builtin: () => Iterable<string>) {
+  return defineTool({
+    name: "define_tool",
+    description: readFileSync(new URL("./define_tool.txt", import.meta.url), "utf8").trim(),
+    parameters: z.strictObject({
+      name: z.string().regex(NAME, "must be lowercase letters, digits and _, starting with a letter, at most 48 characters").describe("Tool name, e.g. count_lines"),
+      description: z.string().min(1).max(MAX_DESCRIPTION_CHARS).describe("What it does and returns, as the model will read it"),
+      parameters: z.record(z.string(), z.unknown()).describe('JSON Schema of the arguments, an object schema, e.g. {"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}'),
+      language: z.enum(["bash", "python3"]).describe("Interpreter of code"),
+      code: z.string().min(1).describe("The script; reads the arguments as JSON from stdin"),
+    }),
+    async execute(args) {
+      if ([...builtin()].includes(args.name)) throw new ToolError(`${args.name} is a built-in tool; choose another name`);
+      schemaOf(args.name, JSON.stringify(args.parameters));
+      return `Defined tool ${args.name} (${args.language}); call it from your next step.`;
+    },
+  });
+}
+
+/** The definition a successful define_tool call made, from its arguments. */
+export function definitionOf(argumentsJson: string): DefinedTool {
+  const args = JSON.parse(argumentsJson) as { name: string; description: string; parameters: unknown; language: string; code: string };
+  return { name: args.name, description: args.description, parametersJson: JSON.stringify(args.parameters), language: args.language, code: args.code };
+}
+
+/** The wire form of the session's defined tools, listed after the mode's own. */
+export function definedSpecs(defined: DefinedTools | undefined): ToolSpec[] {
+  return latest(defined).map((d) => ({
+    name: d.name, description: d.description, parametersJson: d.parametersJson, deniable: ["writes", "network"], operationArgument: "", handler: "",
+  }));
+}
+
+/** The session's definitions, the last one of each name winning, in the order first defined. */
+export function latest(defined: DefinedTools | undefined): DefinedTool[] {
+  const byName = new Map<string, DefinedTool>();
+  for (const d of defined?.tools ?? []) byName.set(d.name, d);
+  return [...byName.values()];
+}
+
+/** Definition `name` of the session as a tool: its JSON Schema as zod (so callTool validates as for any tool), its script run by exec. */
+export function definedTool(definition: DefinedTool): Tool {
+  const interpreter = INTERPRETERS[definition.language as keyof typeof INTERPRETERS];
+  if (!interpreter) throw new ToolError(`defined tool ${definition.name} has language ${JSON.stringify(definition.language)}; only bash and python3 run`);
+  return defineTool({
+    name: definition.name,
+    description: definition.description,
+    parameters: schemaOf(definition.name, definition.parametersJson),
+    deniable: ["writes", "network"],
+    async execute(args, ctx) {
+      const result = await exec(ctx, [interpreter, "-c", definition.code], { stdin: JSON.stringify(args), timeoutMs: RUN_TIMEOUT_MS });
+      const parts: string[] = [];
+      if (result.stdout) parts.push(result.stdout.replace(/\n$/, ""));
+      if (result.stderr) parts.push(`stderr:\n${result.stderr.replace(/\n$/, "")}`);
+      if (result.truncated) parts.push(`(output cut after ${MAX_STREAM_BYTES} bytes per stream)`);
+      if (result.timedOut) parts.push(`timed out after ${RUN_TIMEOUT_MS} ms`);
+      parts.push(`exit code: ${result.exitCode}`);
+      const denied = deniedBy(ctx.mode, result);
+      if (denied.length > 0) parts.push(denialLines(ctx.mode, denied));
+      const text = parts.join("\n");
+      if (result.exitCode !== 0 || result.timedOut || denied.length > 0) throw new ToolError(text);
+      return text;
+    },
+  });
+}
+
+function schemaOf(name: string, json: string): z.ZodType {
+  let schema: unknown;
+  try {
+    schema = JSON.parse(json);
+  } catch (error) {
+    throw new ToolError(`parameters of ${name} are not JSON: ${(error as Error).message}`);
+  }
+  if ((schema as { type?: unknown })?.type !== "object") throw new ToolError(`parameters of ${name} must be an object schema ({"type": "object", "properties": {...}})`);
+  try {
+    return z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
+  } catch (error) {
+    throw new ToolError(`parameters of ${name} are not a JSON Schema this service can check: ${(error as Error).message}`);
+  }
+}
