@@ -20,6 +20,9 @@ import { ask_user_question } from "./tools/ask_user_question.js";
 import { exit_plan_mode } from "./tools/exit_plan_mode.js";
 import { session_search } from "./tools/session_search.js";
 import { todo_write } from "./tools/todo_write.js";
+import { lsp } from "./lsp/lsp.js";
+import { webFetch } from "./web/fetch.js";
+import { webSearch } from "./web/search.js";
 
 /**
  * Results longer than this many UTF-8 bytes are cut to their head and tail. It is set by what
@@ -33,7 +36,7 @@ export const MAX_RESULT_BYTES = 800_000;
  * prompt prefix the provider caches, so append rather than reorder.
  */
 const MODES: Readonly<Record<string, readonly Tool[]>> = {
-  standard: [read, write, edit, glob, grep, bash, job_list, job_output, job_kill, todo_write, ask_user_question, exit_plan_mode, session_search],
+  standard: [read, write, edit, glob, grep, bash, job_list, job_output, job_kill, todo_write, ask_user_question, exit_plan_mode, session_search, webFetch, webSearch, lsp],
   // One tool: a program that calls the standard tools (the whole list, appended ones included).
   code: [runCodeTool(() => MODES.standard!)],
   minimal: [shell, editor],

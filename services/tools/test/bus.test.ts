@@ -62,7 +62,7 @@ const call = (name: string, args: unknown, sessionId = "s1") =>
 describe("bus", () => {
   it("bus - tools.list returns the standard tools with their JSON Schemas", async () => {
     const response = await client.request(client.names.toolsList, ListToolsRequest, { mode: "standard" }, ListToolsResponse);
-    expect(response.tools.map((tool) => tool.name)).toEqual(["read", "write", "edit", "glob", "grep", "bash", "job_list", "job_output", "job_kill", "todo_write", "ask_user_question", "exit_plan_mode", "session_search"]);
+    expect(response.tools.map((tool) => tool.name)).toEqual(["read", "write", "edit", "glob", "grep", "bash", "job_list", "job_output", "job_kill", "todo_write", "ask_user_question", "exit_plan_mode", "session_search", "web_fetch", "web_search", "lsp"]);
     expect(JSON.parse(response.tools[0]!.parametersJson)).toMatchObject({ type: "object", required: ["path"] });
   });
 
@@ -95,7 +95,7 @@ describe("bus", () => {
   it("bus - tools.call with an unknown tool answers tools.unknown_tool", async () => {
     const error = await call("teleport", {}).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TackError);
-    expect(error).toMatchObject({ code: "tools.unknown_tool", message: 'unknown tool "teleport"; available tools: read, write, edit, glob, grep, bash, job_list, job_output, job_kill, todo_write, ask_user_question, exit_plan_mode, session_search' });
+    expect(error).toMatchObject({ code: "tools.unknown_tool", message: 'unknown tool "teleport"; available tools: read, write, edit, glob, grep, bash, job_list, job_output, job_kill, todo_write, ask_user_question, exit_plan_mode, session_search, web_fetch, web_search, lsp' });
   });
 
   it("bus - tools.call without a sandbox service retries for the window, then answers bus.no_responders", async () => {

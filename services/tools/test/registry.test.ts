@@ -14,8 +14,8 @@ afterEach(async () => {
 });
 
 describe("listing", () => {
-  it("registry - standard lists the six tools in a stable order", () => {
-    expect(listTools("standard").map((tool) => tool.name)).toEqual(["read", "write", "edit", "glob", "grep", "bash", "job_list", "job_output", "job_kill", "todo_write", "ask_user_question", "exit_plan_mode", "session_search"]);
+  it("registry - standard lists its tools in a stable order", () => {
+    expect(listTools("standard").map((tool) => tool.name)).toEqual(["read", "write", "edit", "glob", "grep", "bash", "job_list", "job_output", "job_kill", "todo_write", "ask_user_question", "exit_plan_mode", "session_search", "web_fetch", "web_search", "lsp"]);
   });
 
   it("registry - an unknown mode is a protocol error naming the known modes", () => {
@@ -30,7 +30,7 @@ describe("calling", () => {
     expect(error).toBeInstanceOf(TackError);
     expect(error).toMatchObject({
       code: "tools.unknown_tool",
-      message: 'unknown tool "rm_rf"; available tools: read, write, edit, glob, grep, bash, job_list, job_output, job_kill, todo_write, ask_user_question, exit_plan_mode, session_search',
+      message: 'unknown tool "rm_rf"; available tools: read, write, edit, glob, grep, bash, job_list, job_output, job_kill, todo_write, ask_user_question, exit_plan_mode, session_search, web_fetch, web_search, lsp',
     });
     expect(ws.sandbox.ensured).toHaveLength(0);
   });
