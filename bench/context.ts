@@ -70,7 +70,7 @@ export async function benchContext(options: { natsUrl: string; namespace: string
     const cost = (at: string) => Math.round(warmUsage.reduce((s, u) => s + priceFor("deepseek:deepseek-v4-flash", u, new Date(at)).costUsd, 0) * 1e6) / 1e6;
     return {
       first_request_tokens: coldUsage[0]!.inputMissTokens + coldUsage[0]!.inputHitTokens,
-      first_request_tokens_definition: "standard mode, no skills: system prompt + 6 tool schemas + the task, DeepSeek V3 tokenizer on the DeepSeek request body",
+      first_request_tokens_definition: "standard mode, no skills: system prompt + every standard tool's schema + the task, DeepSeek V3 tokenizer on the DeepSeek request body",
       cache_hit_ratio: ratio(warmUsage),
       cache_hit_ratio_cold: ratio(coldUsage),
       cache_hit_ratio_definition: "hit / all input tokens over the 5 steps, 64-token blocks; `cache_hit_ratio` with the harness prefix already cached by an earlier session (as a provider's shared cache is), `_cold` with an empty cache",

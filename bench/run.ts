@@ -7,7 +7,8 @@
 // - services (bench/latency.ts, bench/startup.ts): every service as its own process through the
 //   launcher `tack up` uses — a new session's first step, `tack run` start-up, a message to a long session;
 // - load (bench/load.ts): 100 sessions at once, with each service's peak memory;
-// - death (bench/recovery.ts): the tools worker killed during a call.
+// - death (bench/recovery.ts): the tools worker killed during a call;
+// - tools (bench/tools.ts): every session mode's first request, run_code's inner-call overhead, web_fetch.
 // TACK_BENCH_ONLY=services,load (say) runs only those parts and prints them without writing latest.json.
 import { execFileSync } from "node:child_process";
 import { chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -30,6 +31,7 @@ import { benchToolWorkerDeath } from "./recovery.js";
 import { benchSandbox } from "./sandbox.js";
 import { Stack } from "./stack.js";
 import { benchStartup, FakeModel } from "./startup.js";
+import { benchTools } from "./tools.js";
 
 const STEPS = Number(process.env.TACK_BENCH_STEPS ?? 200);
 const APPENDS = Number(process.env.TACK_BENCH_APPENDS ?? 2_000);
@@ -66,7 +68,7 @@ async function waitForTurns(bus: Bus, sessionId: string, turns: number, total: n
 }
 
 /** The parts `TACK_BENCH_ONLY` can name, in the order they run. */
-const PARTS = ["core", "context", "sandbox", "services", "load", "death"] as const;
+const PARTS = ["core", "context", "tools", "sandbox", "services", "load", "death"] as const;
 type Part = (typeof PARTS)[number];
 
 /** The core numbers (and, sharing its services, the context numbers): in-process services, one long scripted session. */
@@ -193,6 +195,7 @@ async function main(): Promise<void> {
     }
   };
   if (parts.has("core") || parts.has("context")) await run(parts.has("core") ? "core" : "context", () => benchCore(parts));
+  await run("tools", benchTools);
   await run("sandbox", () => {
     say("sandbox: exec, claim, cold starts, runsc slowdown");
     return benchSandbox({ natsUrl });
