@@ -202,12 +202,7 @@ async function waitOnce<T extends { callId: string }>(
   const logged = ask();
   // Parked before the event is logged, so an answer sent the moment it appears finds the call waiting.
   const outcome = waits.wait(callId, logged, Date.now() + deps.waitMs);
-  try {
-    await logged;
-  } catch (error) {
-    outcome.catch(() => undefined);
-    throw error;
-  }
+  await logged;
   return outcome;
 }
 

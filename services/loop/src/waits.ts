@@ -38,12 +38,16 @@ export class PendingWaits<T> {
    * Rejects with `loop.wait_abandoned` if `abandon` runs first.
    */
   wait(callId: string, asked: Promise<unknown>, deadlineMs: number): Promise<T> {
-    return new Promise((resolve, reject) => {
+    const outcome = new Promise<T>((resolve, reject) => {
       // Node fires a longer timeout at once; the option is bounded well below this.
       const delay = Math.min(Math.max(0, deadlineMs - Date.now()), 2 ** 31 - 1);
       const timer = setTimeout(() => void this.#settle(callId, this.#kind.timedOut(callId)).catch(() => undefined), delay);
       this.#pending.set(callId, { asked, timer, resolve, reject });
     });
+    // Abandoned while its caller still waits for the ask to be logged, the rejection is not
+    // handled yet; the caller still meets it when it awaits the outcome.
+    outcome.catch(() => undefined);
+    return outcome;
   }
 
   /** Call ids waiting now, oldest first. */

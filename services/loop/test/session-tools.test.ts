@@ -5,11 +5,11 @@ import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor as waitForValue } from "@tack/testkit";
 import { Bus, serveStream, TackError } from "@tack/bus";
-import { deriveRequest, ensureLogStream, readAll } from "@tack/log";
+import { deriveRequest, ensureLogStream, isCase, readAll, type EventOf, type PayloadOf } from "@tack/log";
 import {
   CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
   DecideApprovalRequest, DecideApprovalResponse, Event, ListToolsRequest, ListToolsResponse, Role, SetSandboxModeRequest, SetSandboxModeResponse, SubmitMessageRequest,
-  SubmitMessageResponse, Surface_Kind, ToolSpec, type ToolCall,
+  SubmitMessageResponse, Surface_Kind, ToolSpec, type EventPayloadCase, type ToolCall,
 } from "@tack/proto";
 import { listTools } from "@tack/tools-service";
 import { APPROVAL_TEXT, SESSION_TOOL_TEXT, startLoopService, type LoopOptions, type LoopService } from "@tack/loop-service";
@@ -121,8 +121,8 @@ function waitFor(sessionId: string, done: (events: Event[]) => boolean, timeoutM
 
 const has = (type: string, count = 1) => (events: Event[]) => events.filter((e) => e.type === type).length >= count;
 const results = (events: Event[]) => Object.fromEntries(events.flatMap((e) => (e.payload?.$case === "toolResult" ? [[e.payload.value.callId, e.payload.value.content]] : [])));
-const payloads = <C extends NonNullable<Event["payload"]>["$case"]>(events: Event[], c: C) =>
-  events.flatMap((e) => (e.payload?.$case === c ? [(e.payload as Extract<NonNullable<Event["payload"]>, { $case: C }>).value] : []));
+const payloads = <C extends EventPayloadCase>(events: Event[], c: C): Array<PayloadOf<C>> =>
+  events.filter((e): e is EventOf<C> => isCase(e, c)).map((e) => e.payload.value as PayloadOf<C>);
 /** The tool message of call `id` in the last model request, as the model read it. */
 const seenByModel = (id: string) => requests.at(-1)!.messages.find((m) => m.role === Role.ROLE_TOOL && m.toolCallId === id)?.content;
 
