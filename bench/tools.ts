@@ -4,7 +4,8 @@
 // operator's internal host would be; every other check runs as in production).
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { listTools, type ToolContext } from "@tack/tools-service";
+import { listTools } from "@tack/tools-service";
+import type { ToolContext } from "../services/tools/src/tool.js";
 import { createWebFetch } from "../services/tools/src/web/fetch.js";
 import { percentile, round, say } from "./lib.js";
 import { benchRunCode, firstRequestTokens } from "./run-code.js";
