@@ -207,6 +207,8 @@ export function summarize(event: Event): string {
     }
     case "sessionMode":
       return `${payload.value.mode} by ${payload.value.changedBy}`;
+    case "toolDefined":
+      return `${payload.value.name} (${payload.value.language}) by ${payload.value.callId}: ${oneLine(payload.value.description, 80)}`;
   }
 }
 

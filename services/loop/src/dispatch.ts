@@ -1,7 +1,7 @@
 // Tool dispatch: one tool call sent to a tools worker that stays alive, retried on another when it dies.
 import { retrying, TackError, type Bus, type RetryPolicy } from "@tack/bus";
 import { draft, type Draft } from "@tack/log";
-import { CallToolRequest, CallToolResponse, type Event, type ToolCall } from "@tack/proto";
+import { CallToolRequest, CallToolResponse, type DefinedTools, type Event, type ToolCall } from "@tack/proto";
 
 /** What a dispatch needs from its session. */
 export interface DispatchDeps {
@@ -11,6 +11,8 @@ export interface DispatchDeps {
   readonly workspace: string;
   /** The session's mode (standard, code, ...): the tools service refuses a tool the mode does not offer. */
   readonly sessionMode: string;
+  /** The tools the session defined (creator mode), sent with the call so that one of them can be called; none otherwise. */
+  readonly defined?: DefinedTools;
   readonly append: (...drafts: Draft[]) => Promise<Event[]>;
   /** Longest wait for a tool result (the bash tool itself allows up to 600 s). */
   readonly toolTimeoutMs: number;
@@ -33,7 +35,7 @@ export const FATE_UNKNOWN_TEXT =
  * what already ran. A call whose fate the sandbox cannot know is answered "may or may not have
  * run"; a tools service that cannot be reached in the window is a result too, never a hang.
  * The calls a tool made of other tools (a run_code program's) are logged as `tool/inner`
- * events, before the caller logs the result.
+ * events, and a tool the call defined (define_tool) as `tool/defined`, before the caller logs the result.
  */
 export async function dispatchTool(deps: DispatchDeps, call: ToolCall, mode: string, turn: number, step: number): Promise<CallToolResponse> {
   await deps.append(draft("toolCall", { callId: call.id, name: call.name, arguments: call.arguments, turn, step }, SOURCE));
@@ -46,6 +48,7 @@ export async function dispatchTool(deps: DispatchDeps, call: ToolCall, mode: str
     response = await retrying(deps.retry, (attempt) => deps.bus.request(deps.bus.names.toolsCall, CallToolRequest, {
       sessionId: deps.sessionId, tenant: deps.tenant, callId: call.id, name: call.name, arguments: call.arguments,
       workspace: deps.workspace, sandboxMode: mode, attempt, firstAttemptAtMs, sessionMode: deps.sessionMode,
+      ...(deps.defined ? { defined: deps.defined } : {}),
     }, CallToolResponse, { timeoutMs: deps.toolTimeoutMs, silenceMs: deps.silenceMs }), {
       onRetry: ({ attempt, error, delayMs }) => logRetry(attempt, "tools", error.code, error.message, delayMs).then(() => undefined),
     });
@@ -61,6 +64,11 @@ export async function dispatchTool(deps: DispatchDeps, call: ToolCall, mode: str
     await deps.append(...response.innerCalls.map((inner, i) => draft("toolInner", {
       parentCallId: call.id, index: i + 1, name: inner.name, arguments: inner.arguments, content: inner.content, isError: inner.isError, durationMs: inner.durationMs,
     }, SOURCE)));
+  }
+  // A define_tool call that succeeded: the definition is the log's, so every later list and call (and a resumed session) has it.
+  if (response.defined && !response.isError) {
+    const { name, description, parametersJson, language, code } = response.defined;
+    await deps.append(draft("toolDefined", { callId: call.id, name, description, parametersJson, language, code }, SOURCE));
   }
   return response;
 }

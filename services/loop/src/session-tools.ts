@@ -2,7 +2,7 @@
 import vm from "node:vm";
 import { TackError } from "@tack/bus";
 import { draft, timestampMs, type Draft } from "@tack/log";
-import type { Event, PlanDecided, Question, QuestionAnswer, QuestionAnswered, TodoItem, ToolCall, ToolSpec } from "@tack/proto";
+import type { DefinedTools, Event, PlanDecided, Question, QuestionAnswer, QuestionAnswered, TodoItem, ToolCall, ToolSpec } from "@tack/proto";
 import { z } from "zod";
 import { deniableOf, escalationOf } from "./approvals.js";
 import { PendingWaits } from "./waits.js";
@@ -67,6 +67,17 @@ export function planModeOf(events: readonly Event[]): boolean {
 }
 
 /** The session's mode (tools mode): the latest `session/mode`, else the one it was created with. */
+/** The tools the session defined (creator mode), in log order; undefined when it defined none. */
+export function definedToolsOf(events: readonly Event[]): DefinedTools | undefined {
+  const tools = events.flatMap((event) => {
+    const p = event.payload;
+    if (p?.$case !== "toolDefined") return [];
+    const { name, description, parametersJson, language, code } = p.value;
+    return [{ name, description, parametersJson, language, code }];
+  });
+  return tools.length > 0 ? { tools } : undefined;
+}
+
 export function sessionModeOf(events: readonly Event[]): string {
   for (let i = events.length - 1; i >= 0; i--) {
     const p = events[i]!.payload;

@@ -17,7 +17,7 @@ import { dispatchTool, limiter } from "./dispatch.js";
 import { callModel } from "./model-call.js";
 import { assertNoWiderProcesses, assertSandboxMode, assertToolsMode } from "./mode.js";
 import {
-  checkAnswers, pendingPlans, pendingQuestions, planModeOf, planModeRefusal, runSessionTool, sessionModeOf, type SessionToolDeps,
+  checkAnswers, definedToolsOf, pendingPlans, pendingQuestions, planModeOf, planModeRefusal, runSessionTool, sessionModeOf, type SessionToolDeps,
 } from "./session-tools.js";
 import type { PendingWaits } from "./waits.js";
 import { sessionSpend, type Budgets } from "./budget.js";
@@ -84,7 +84,8 @@ export class SessionRuntime {
   readonly #deps: SessionDeps;
   readonly #writer: SessionLogWriter;
   /** The tools of the session's mode, as the tools service listed them (the mode changes only before the first turn). */
-  #tools: { mode: string; specs: ToolSpec[] } | undefined;
+  /** The tools listed for the session's mode and its definitions (how many: a new `tool/defined` lists again). */
+  #tools: { mode: string; defined: number; specs: ToolSpec[] } | undefined;
   #resumed = false;
   #running: Promise<void> | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
@@ -496,13 +497,16 @@ export class SessionRuntime {
   /** The tools of `mode`, asked of the tools service once per runtime; retried (as `tool/retry` events without a call id) while no worker answers. */
   async #toolSpecs(mode: string, turn: number, step: number): Promise<ToolSpec[]> {
     const { bus, settings } = this.#deps;
-    if (this.#tools?.mode !== mode) {
-      const listed = await retrying(settings.retry, () => bus.request(bus.names.toolsList, ListToolsRequest, { mode }, ListToolsResponse, { timeoutMs: 10_000 }), {
+    const defined = definedToolsOf(this.events);
+    const count = defined?.tools.length ?? 0;
+    if (this.#tools?.mode !== mode || this.#tools.defined !== count) {
+      const request = { mode, ...(defined ? { defined } : {}) };
+      const listed = await retrying(settings.retry, () => bus.request(bus.names.toolsList, ListToolsRequest, request, ListToolsResponse, { timeoutMs: 10_000 }), {
         onRetry: async ({ attempt, error, delayMs }) => {
           await this.append(draft("toolRetry", { callId: "", turn, step, attempt, hop: "tools", code: error.code, message: error.message, delayMs }, SOURCE));
         },
       });
-      this.#tools = { mode, specs: listed.tools };
+      this.#tools = { mode, defined: count, specs: listed.tools };
     }
     return this.#tools.specs;
   }
@@ -624,6 +628,7 @@ export class SessionRuntime {
     const { bus, settings } = this.#deps;
     return dispatchTool({
       bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, sessionMode: sessionModeOf(this.events),
+      defined: definedToolsOf(this.events),
       append: (...drafts) => this.append(...drafts), toolTimeoutMs: settings.toolTimeoutMs, silenceMs: settings.silenceMs, retry: settings.retry,
     }, call, mode, turn, step);
   }

@@ -11,7 +11,8 @@ import {
   DecideApprovalRequest, DecideApprovalResponse, Event, ListToolsRequest, ListToolsResponse, Role, SetSandboxModeRequest, SetSandboxModeResponse, SubmitMessageRequest,
   SubmitMessageResponse, Surface_Kind, ToolSpec, type EventPayloadCase, type ToolCall,
 } from "@tack/proto";
-import { listTools } from "@tack/tools-service";
+import { callTool, listTools } from "@tack/tools-service";
+import { LocalSandboxClient } from "../../tools/test/support/local-sandbox.js";
 import { APPROVAL_TEXT, SESSION_TOOL_TEXT, startLoopService, type LoopOptions, type LoopService } from "@tack/loop-service";
 import { searchLog } from "../src/session-tools.js";
 
@@ -31,6 +32,8 @@ let replies: Call[][] = [];
 let requests: CompleteRequest[] = [];
 /** Every call the tools responder received. */
 let ran: CallToolRequest[] = [];
+/** Every tools.list request. */
+let lists: ListToolsRequest[] = [];
 
 /** A tool only these tests have: what a sandbox mode can deny it and its operation come from its ToolSpec alone. */
 const deploy = ToolSpec.fromPartial({ name: "deploy", description: "deploy", parametersJson: "{}", deniable: ["network"], operationArgument: "target" });
@@ -49,11 +52,14 @@ beforeAll(async () => {
   });
   bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
   // The real lists (unknown modes refused as the tools service refuses them), plus `deploy` in standard.
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async (req) => ({
-    tools: [...listTools(req.mode), ...(req.mode === "standard" ? [deploy] : [])],
-  }));
+  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async (req) => {
+    lists.push(req);
+    return { tools: [...listTools(req.mode, req.defined), ...(req.mode === "standard" ? [deploy] : [])] };
+  });
   bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
     ran.push(req);
+    // Creator mode runs the real tools (define_tool and the defined ones) on this host.
+    if (req.sessionMode === "creator") return callTool(req, { sandbox: new LocalSandboxClient(workspace), spills: { get: async () => undefined }, signal: new AbortController().signal });
     if (req.name === "run_code") {
       return CallToolResponse.fromPartial({
         content: "2 files", durationMs: 5,
@@ -73,6 +79,7 @@ afterEach(async () => {
   replies = [];
   requests = [];
   ran = [];
+  lists = [];
 });
 
 afterAll(async () => {
@@ -349,6 +356,39 @@ describe("session modes", () => {
       { $case: "toolInner", value: { parentCallId: "call_0_0", index: 2, name: "read", arguments: '{"path":"nope"}', content: "no such file", isError: true, durationMs: 1 } },
     ]);
     expect(inner.at(-1)!.seq).toBeLessThan(events.find((e) => e.type === "tool/result")!.seq);
+  });
+
+  it("creator - a defined tool is logged (tool/defined), then listed and callable, also by the next loop process after a restart", async () => {
+    await startLoop();
+    const shout = {
+      name: "shout", description: "Upper-cases text", parameters: { type: "object", properties: { text: { type: "string" } }, required: ["text"] },
+      language: "python3", code: "import json, sys\nprint(json.load(sys.stdin)['text'].upper())",
+    };
+    replies = [[{ name: "define_tool", args: shout }], [{ name: "shout", args: { text: "hi" } }]];
+    const id = await session({ mode: "creator" });
+    await submit(id);
+    let events = await waitFor(id, has("turn/end"));
+    expect(payloads(events, "toolDefined")).toEqual([{
+      callId: "call_0_0", name: "shout", description: "Upper-cases text", parametersJson: JSON.stringify(shout.parameters), language: "python3", code: shout.code,
+    }]);
+    expect(results(events).call_1_0).toContain("HI");
+    // Listed after the mode's own tools from the step after its definition on, and sent with the call.
+    const headers = payloads(events, "requestHeader");
+    expect(headers[0]!.tools.map((t) => t.name)).not.toContain("shout");
+    expect(headers.at(-1)!.tools.at(-1)!.name).toBe("shout");
+    expect(ran.find((r) => r.name === "shout")!.defined?.tools.map((t) => t.name)).toEqual(["shout"]);
+
+    // A new loop process knows it from the log alone.
+    await Promise.all(loops.map((l) => l.stop()));
+    loops = [];
+    lists = [];
+    await startLoop();
+    replies[3] = [{ name: "shout", args: { text: "again" } }];
+    await submit(id, "once more");
+    events = await waitFor(id, has("turn/end", 2));
+    expect(lists.length).toBeGreaterThan(0);
+    for (const list of lists) expect(list.defined?.tools.map((t) => t.name)).toEqual(["shout"]);
+    expect(results(events).call_3_0).toContain("AGAIN");
   });
 
   it("modes - changed only before the first message; after it the change is refused with the mode it stays in", async () => {

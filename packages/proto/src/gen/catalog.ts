@@ -45,4 +45,5 @@ export const EVENT_CATALOG: readonly EventTypeInfo[] = [
   { type: "plan/decided", payloadCase: "planDecided", modelVisible: false, ignorable: false },
   { type: "tool/inner", payloadCase: "toolInner", modelVisible: false, ignorable: false },
   { type: "session/mode", payloadCase: "sessionMode", modelVisible: false, ignorable: false },
+  { type: "tool/defined", payloadCase: "toolDefined", modelVisible: false, ignorable: false },
 ];

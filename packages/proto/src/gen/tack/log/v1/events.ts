@@ -64,6 +64,7 @@ export interface Event {
     | { $case: "planDecided"; value: PlanDecided }
     | { $case: "toolInner"; value: InnerToolCall }
     | { $case: "sessionMode"; value: SessionModeSet }
+    | { $case: "toolDefined"; value: ToolDefined }
     | undefined;
 }
 
@@ -526,6 +527,19 @@ export interface InnerToolCall {
   durationMs: number;
 }
 
+/** `tool/defined` [log-only] — the model defined a tool with define_tool (creator mode); the loop sends the session's definitions, in log order, with every later tools list and call, so the tool survives resume and replay. */
+export interface ToolDefined {
+  /** The define_tool call that defined it. */
+  callId: string;
+  name: string;
+  description: string;
+  /** JSON Schema of the arguments (an object schema). */
+  parametersJson: string;
+  /** "bash" or "python3". */
+  language: string;
+  code: string;
+}
+
 /** `session/mode` [log-only] — the session's mode changed before its first turn (after that it is fixed): standard, code, minimal, creator. */
 export interface SessionModeSet {
   mode: string;
@@ -649,6 +663,9 @@ export const Event: MessageFns<Event> = {
         break;
       case "sessionMode":
         SessionModeSet.encode(message.payload.value, writer.uint32(322).fork()).join();
+        break;
+      case "toolDefined":
+        ToolDefined.encode(message.payload.value, writer.uint32(330).fork()).join();
         break;
     }
     return writer;
@@ -963,6 +980,14 @@ export const Event: MessageFns<Event> = {
             message.payload = { $case: "sessionMode", value: SessionModeSet.decode(reader, reader.uint32()) };
             continue;
           }
+          case 41: {
+            if (tag !== 330) {
+              break;
+            }
+
+            message.payload = { $case: "toolDefined", value: ToolDefined.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1101,6 +1126,10 @@ export const Event: MessageFns<Event> = {
         ? { $case: "sessionMode", value: SessionModeSet.fromJSON(object.sessionMode) }
         : isSet(object.session_mode)
         ? { $case: "sessionMode", value: SessionModeSet.fromJSON(object.session_mode) }
+        : isSet(object.toolDefined)
+        ? { $case: "toolDefined", value: ToolDefined.fromJSON(object.toolDefined) }
+        : isSet(object.tool_defined)
+        ? { $case: "toolDefined", value: ToolDefined.fromJSON(object.tool_defined) }
         : undefined,
     };
   },
@@ -1187,6 +1216,8 @@ export const Event: MessageFns<Event> = {
       obj.toolInner = InnerToolCall.toJSON(message.payload.value);
     } else if (message.payload?.$case === "sessionMode") {
       obj.sessionMode = SessionModeSet.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "toolDefined") {
+      obj.toolDefined = ToolDefined.toJSON(message.payload.value);
     }
     return obj;
   },
@@ -1388,6 +1419,12 @@ export const Event: MessageFns<Event> = {
       case "sessionMode": {
         if (object.payload?.value !== undefined && object.payload?.value !== null) {
           message.payload = { $case: "sessionMode", value: SessionModeSet.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "toolDefined": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "toolDefined", value: ToolDefined.fromPartial(object.payload.value) };
         }
         break;
       }
@@ -5996,6 +6033,163 @@ export const InnerToolCall: MessageFns<InnerToolCall> = {
     message.content = object.content ?? "";
     message.isError = object.isError ?? false;
     message.durationMs = object.durationMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseToolDefined(): ToolDefined {
+  return { callId: "", name: "", description: "", parametersJson: "", language: "", code: "" };
+}
+
+export const ToolDefined: MessageFns<ToolDefined> = {
+  encode(message: ToolDefined, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(26).string(message.description);
+    }
+    if (message.parametersJson !== "") {
+      writer.uint32(34).string(message.parametersJson);
+    }
+    if (message.language !== "") {
+      writer.uint32(42).string(message.language);
+    }
+    if (message.code !== "") {
+      writer.uint32(50).string(message.code);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolDefined {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolDefined();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.parametersJson = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.language = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolDefined {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      parametersJson: isSet(object.parametersJson)
+        ? globalThis.String(object.parametersJson)
+        : isSet(object.parameters_json)
+        ? globalThis.String(object.parameters_json)
+        : "",
+      language: isSet(object.language) ? globalThis.String(object.language) : "",
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+    };
+  },
+
+  toJSON(message: ToolDefined): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.parametersJson !== "") {
+      obj.parametersJson = message.parametersJson;
+    }
+    if (message.language !== "") {
+      obj.language = message.language;
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolDefined>, I>>(base?: I): ToolDefined {
+    return ToolDefined.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolDefined>, I>>(object: I): ToolDefined {
+    const message = createBaseToolDefined();
+    message.callId = object.callId ?? "";
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.parametersJson = object.parametersJson ?? "";
+    message.language = object.language ?? "";
+    message.code = object.code ?? "";
     return message;
   },
 };
