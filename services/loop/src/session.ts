@@ -62,9 +62,11 @@ export interface SessionDeps {
 
 const SOURCE = "loop";
 /** System prompts of the modes that have their own; every other mode the tools service has uses the standard one. */
-const SYSTEM_PROMPTS: Record<string, string> = {
-  standard: readFileSync(new URL("./prompts/standard.md", import.meta.url), "utf8").trim(),
-};
+const SYSTEM_PROMPTS: Record<string, string> = Object.fromEntries(["standard", "code", "minimal", "creator"].map((mode) => [
+  mode, readFileSync(new URL(`./prompts/${mode}.md`, import.meta.url), "utf8").trim(),
+]));
+/** Modes whose conversation is never pruned or summarized (a baseline that shows the model everything; results are still spilled). */
+const NO_COMPACTION = new Set(["minimal"]);
 
 /** Wording the model sees for calls interrupted by a crash. */
 export const RECOVERY_TEXT = {
@@ -466,7 +468,7 @@ export class SessionRuntime {
     this.#appendLater(draft("stepStart", { turn, step }, SOURCE));
     await this.#logHeaderIfChanged(turn, step);
     await this.#writer.flush();
-    await this.#compactor.beforeRequest({
+    if (!NO_COMPACTION.has(sessionModeOf(this.events))) await this.#compactor.beforeRequest({
       projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
       callModel: (request) => this.#callModel(turn, step, request, false),
     });

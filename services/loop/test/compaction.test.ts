@@ -86,9 +86,9 @@ afterAll(async () => {
 });
 
 /** Starts a loop with `options`, runs one turn of a new session on `text`, and returns the session's log. */
-async function runTurn(options: Partial<LoopOptions>, text: string): Promise<{ sessionId: string; events: Event[] }> {
+async function runTurn(options: Partial<LoopOptions>, text: string, mode = "standard"): Promise<{ sessionId: string; events: Event[] }> {
   loop = await startLoopService({ natsUrl: NATS_URL, namespace, ...options });
-  const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace }), CreateSessionResponse);
+  const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace, mode }), CreateSessionResponse);
   await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
   const events = await waitFor("turn/end", async () => {
     const all = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
@@ -104,6 +104,30 @@ const toolResults = (events: Event[]) => events.flatMap((e) => (e.payload?.$case
 const completed = (events: Event[]) => expect(events.at(-1)!.payload).toMatchObject({ $case: "turnEnd", value: { reason: "completed" } });
 
 describe("compaction", () => {
+  it("compaction - minimal mode never prunes or summarizes: an earlier message past the threshold reaches the model whole", async () => {
+    const text = `remember this: ${"lorem ipsum dolor sit amet ".repeat(1_500)}`;
+    summaryReply = () => ({ content: "SUMMARY" });
+    stepReply = () => ({ content: "done" });
+    for (const mode of ["standard", "minimal"]) {
+      requests = [];
+      const { sessionId } = await runTurn({ contextWindowTokens: 8_000, pruneAt: 0.5, summarizeAt: 0.5 }, text, mode);
+      await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "and now?" }, SubmitMessageResponse);
+      const events = await waitFor("the second turn's end", async () => {
+        const all = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
+        return all.filter((e) => e.type === "turn/end").length === 2 && all;
+      }, { timeoutMs: 20_000, intervalMs: 50 });
+      await loop?.stop();
+      loop = undefined;
+      completed(events);
+      // The same session in standard mode is summarized: what minimal leaves out is real.
+      expect(requests.some(isSummary)).toBe(mode === "standard");
+      if (mode === "minimal") {
+        expect(events.some((e) => e.payload?.$case === "contextSummarized" || e.payload?.$case === "contextPruned")).toBe(false);
+        expect(requests.at(-1)!.messages.filter((m) => m.role === Role.ROLE_USER).map((m) => m.content)).toEqual([text, "and now?"]);
+      }
+    }
+  });
+
   it("compaction - a 120 KB tool result is spilled: the log keeps a preview and the reference, the object store the whole, and read returns later lines", async () => {
     stepReply = (i) => [
       { calls: [emit("big_1", 120_000, "row")] },

@@ -348,6 +348,8 @@ describe("session modes", () => {
     const events = await waitFor(id, has("turn/end"));
     expect(payloads(events, "sessionCreated")[0]!.mode).toBe("code");
     expect(payloads(events, "requestHeader")[0]!.tools.map((t) => t.name)).toEqual(["run_code"]);
+    // Its own system prompt: how to act through programs.
+    expect(payloads(events, "requestHeader")[0]!.systemPrompt).toContain("await tools.<name>({...})");
     expect(ran.map((r) => [r.name, r.sessionMode])).toEqual([["run_code", "code"]]);
     // The calls the program made are logged before the program's own result.
     const inner = events.filter((e) => e.type === "tool/inner");
