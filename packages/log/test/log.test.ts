@@ -168,7 +168,7 @@ describe("projection", () => {
       ev(2, { $case: "userMessage", value: { text: "hi" } }),
       ev(3, { $case: "turnStart", value: { turn: 1, userMessageSeq: 2 } }),
       ev(4, { $case: "assistantMessage", value: { turn: 1, step: 1, content: "", reasoningContent: "", toolCalls: [{ id: "c1", name: "bash", arguments: "{}" }], finishReason: "tool_calls" } }),
-      ev(5, { $case: "toolResult", value: { callId: "c1", name: "bash", content: "ok", isError: false, durationMs: 1, synthesized: false, spillObject: "", fullBytes: 0 } }),
+      ev(5, { $case: "toolResult", value: { callId: "c1", name: "bash", content: "ok", isError: false, durationMs: 1, synthesized: false, spillObject: "", fullBytes: 0, images: [] } }),
     ]);
     expect(r.systemPrompt).toBe("sys");
     expect(r.messages.map((m) => [m.role, m.content, m.toolCallId])).toEqual([

@@ -1,4 +1,4 @@
-import { Delta_Kind, Role, type CompleteRequest } from "@tack/proto";
+import { ChatMessage, Delta_Kind, Role, type CompleteRequest } from "@tack/proto";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { anthropicProvider, type AnthropicOptions } from "../src/anthropic.js";
 import { conversation, runProvider } from "./conversation.js";
@@ -20,7 +20,7 @@ function run(model = "claude-sonnet-4-5", options: Partial<AnthropicOptions> = {
 }
 
 const message = (role: Role, content: string, extra: Partial<CompleteRequest["messages"][number]> = {}) =>
-  ({ role, content, reasoningContent: "", toolCalls: [], toolCallId: "", ...extra });
+  ChatMessage.fromPartial({ role, content, ...extra });
 
 describe("anthropic", () => {
   it("anthropic - sends top-level system, input_schema tools, tool_use and tool_result blocks, and two cache breakpoints", async () => {

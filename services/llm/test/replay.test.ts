@@ -10,9 +10,9 @@ import { runProvider } from "./conversation.js";
 const FIXTURES = join(import.meta.dirname, "fixtures");
 const RECORDING = "recordings/two-steps.jsonl";
 
-const user = (content: string): ChatMessage => ({ role: Role.ROLE_USER, content, reasoningContent: "", toolCalls: [], toolCallId: "" });
-const assistant = (content: string): ChatMessage => ({ role: Role.ROLE_ASSISTANT, content, reasoningContent: "", toolCalls: [], toolCallId: "" });
-const tool = (content: string, toolCallId: string): ChatMessage => ({ role: Role.ROLE_TOOL, content, reasoningContent: "", toolCalls: [], toolCallId });
+const user = (content: string): ChatMessage => ({ role: Role.ROLE_USER, content, reasoningContent: "", toolCalls: [], toolCallId: "", images: [] });
+const assistant = (content: string): ChatMessage => ({ role: Role.ROLE_ASSISTANT, content, reasoningContent: "", toolCalls: [], toolCallId: "", images: [] });
+const tool = (content: string, toolCallId: string): ChatMessage => ({ role: Role.ROLE_TOOL, content, reasoningContent: "", toolCalls: [], toolCallId, images: [] });
 
 function replay(file: string, messages: ChatMessage[], dir = FIXTURES): ReturnType<typeof runProvider> {
   const request = CompleteRequest.fromPartial({ sessionId: "s2", model: `replay:${file}`, systemPrompt: "You are Tack.", messages });

@@ -11,8 +11,8 @@ import { countRequestTokens, countTokens } from "../src/tokens.js";
 const FIXTURES = join(import.meta.dirname, "fixtures");
 const SCRIPT = join(FIXTURES, "scripts", "two-steps.json");
 
-const user = (content: string): ChatMessage => ({ role: Role.ROLE_USER, content, reasoningContent: "", toolCalls: [], toolCallId: "" });
-const assistant = (content: string): ChatMessage => ({ role: Role.ROLE_ASSISTANT, content, reasoningContent: "", toolCalls: [], toolCallId: "" });
+const user = (content: string): ChatMessage => ({ role: Role.ROLE_USER, content, reasoningContent: "", toolCalls: [], toolCallId: "", images: [] });
+const assistant = (content: string): ChatMessage => ({ role: Role.ROLE_ASSISTANT, content, reasoningContent: "", toolCalls: [], toolCallId: "", images: [] });
 
 function requestWith(model: string, messages: ChatMessage[]): CompleteRequest {
   return { ...CompleteRequest.fromPartial({ sessionId: "s1", systemPrompt: "You are Tack." }), model, messages };

@@ -25,7 +25,7 @@ describe("tokens", () => {
     expect(requestTokenSegments(request)).toEqual(segments.map((segment) => tokenIds(`${segment}\n`)));
     expect(countRequestTokens(request)).toBe(segments.reduce((sum, segment) => sum + countTokens(`${segment}\n`), 0));
     // Appending a message appends a segment: the earlier ones stay as they were.
-    const longer = requestTokenSegments({ ...request, messages: [...request.messages, { role: Role.ROLE_ASSISTANT, content: "Hello.", reasoningContent: "", toolCalls: [], toolCallId: "" }] });
+    const longer = requestTokenSegments({ ...request, messages: [...request.messages, { role: Role.ROLE_ASSISTANT, content: "Hello.", reasoningContent: "", toolCalls: [], toolCallId: "", images: [] }] });
     expect(longer.slice(0, -1)).toEqual(requestTokenSegments(request));
   });
 });

@@ -1,6 +1,6 @@
 import { trace } from "@opentelemetry/api";
 import { inSpan, TackError, type Bus, type RetryPolicy } from "@tack/bus";
-import type { CallToolRequest, CallToolResponse, DefinedTools, InnerCall, ToolSpec } from "@tack/proto";
+import type { CallToolRequest, CallToolResponse, DefinedTools, InnerCall, ToolImage, ToolSpec } from "@tack/proto";
 import { z } from "zod";
 import { parseSandboxMode } from "./permissions.js";
 import { runCodeTool } from "./modes/code.js";
@@ -104,14 +104,14 @@ export async function callTool(request: CallToolRequest, context: CallToolContex
       tool = definedTool(definition);
     } catch (error) {
       if (!(error instanceof ToolError)) throw error;
-      return { content: error.message, isError: true, durationMs: performance.now() - started, retries: [], replayed: false, innerCalls: [], defined: undefined };
+      return { content: error.message, isError: true, durationMs: performance.now() - started, retries: [], replayed: false, innerCalls: [], defined: undefined, images: [] };
     }
   }
   if (!tool && TOOLS.has(request.name)) {
     const content = sessionMode === "code"
       ? `Not run: in code mode ${request.name} is called from a run_code program, e.g. run_code with code: console.log(await tools.${request.name}(${request.arguments || "{}"}))`
       : `Not run: ${request.name} is not a tool of mode ${sessionMode}; its tools are ${modeTools(sessionMode).map((t) => t.name).join(", ")}`;
-    return { content, isError: true, durationMs: performance.now() - started, retries: [], replayed: false, innerCalls: [], defined: undefined };
+    return { content, isError: true, durationMs: performance.now() - started, retries: [], replayed: false, innerCalls: [], defined: undefined, images: [] };
   }
   if (!tool) {
     const available = modeTools(sessionMode).map((t) => t.name).join(", ");
@@ -146,8 +146,9 @@ export async function callTool(request: CallToolRequest, context: CallToolContex
     return { content, isError };
   };
   const attributes = { "tool.name": tool.name, "tool.call_id": request.callId, "session.id": request.sessionId };
+  const images: ToolImage[] = [];
   const { content, isError } = await inSpan(`tool.${tool.name}`, attributes, async () => {
-    const outcome = await runTool(tool, request, context, callInner);
+    const outcome = await runTool(tool, request, context, callInner, (image) => images.push(image));
     trace.getActiveSpan()?.setAttribute("tool.is_error", outcome.isError);
     return outcome;
   });
@@ -155,11 +156,12 @@ export async function callTool(request: CallToolRequest, context: CallToolContex
     content: capResult(content), isError, durationMs: performance.now() - started, retries: sandbox.retries,
     replayed: sandbox.replayed || innerReplayed, innerCalls,
     defined: tool.name === "define_tool" && !isError ? definitionOf(request.arguments) : undefined,
+    images: isError ? [] : images,
   };
 }
 
 async function runTool(
-  tool: Tool, request: CallToolRequest, context: CallToolContext, callInner: ToolContext["callInner"],
+  tool: Tool, request: CallToolRequest, context: CallToolContext, callInner: ToolContext["callInner"], attach: ToolContext["attach"],
 ): Promise<{ content: string; isError: boolean }> {
   const mode = parseSandboxMode(request.sandboxMode);
   let json: unknown;
@@ -184,7 +186,7 @@ async function runTool(
     const address = { tenant: request.tenant, sessionId: request.sessionId };
     const content = await tool.execute(parsed.data, {
       sessionId: request.sessionId, callId: request.callId, signal: context.signal, sandbox: context.sandbox, mode,
-      spilled: (callId) => context.spills.get(address, callId), callInner, bus: context.bus, defined: latest(request.defined),
+      spilled: (callId) => context.spills.get(address, callId), callInner, bus: context.bus, defined: latest(request.defined), attach,
     });
     return { content, isError: false };
   } catch (error) {

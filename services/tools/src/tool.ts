@@ -1,5 +1,5 @@
 import type { Bus } from "@tack/bus";
-import type { DefinedTool } from "@tack/proto";
+import type { DefinedTool, ToolImage } from "@tack/proto";
 import type { z } from "zod";
 import type { Denied, SandboxMode } from "./permissions.js";
 import type { SandboxClient } from "./sandbox.js";
@@ -24,6 +24,8 @@ export interface ToolContext {
   readonly bus?: Bus;
   /** The tools this session defined (creator mode), as the loop sent them. */
   readonly defined?: readonly DefinedTool[];
+  /** Adds an image to the call's result besides its text (`read` of an image); absent where results carry no images. */
+  attach?(image: ToolImage): void;
 }
 
 /** Where the tools service finds results the loop spilled (in production the log's `SpillBucket`). */

@@ -135,7 +135,9 @@ describe("tools in the sandbox", () => {
     const png = Buffer.alloc(5000);
     Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 0x49, 0x48, 0x44, 0x52, 0, 0, 2, 0x80, 0, 0, 1, 0xe0]).copy(png);
     await writeOwned("shot.png", png);
-    expect((await call("s-read", "read", { path: "shot.png" })).content).toBe("[image: shot.png, PNG 640x480, 5 KB — this model cannot view images]");
+    const shot = await call("s-read", "read", { path: "shot.png" });
+    expect(shot.content).toBe("[image: shot.png, PNG 640x480, 5 KB]");
+    expect(shot.images.map((i) => [i.mimeType, Buffer.from(i.data).equals(png)])).toEqual([["image/png", true]]);
     await writeOwned("wide.txt", `${"é".repeat(2500)}\n`);
     expect((await call("s-read", "read", { path: "wide.txt" })).content).toBe(`     1\t${"é".repeat(2000)}... (line cut at 2000 characters)`);
   });

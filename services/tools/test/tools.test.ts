@@ -96,23 +96,39 @@ describe("read an image", () => {
   const app1 = Buffer.concat([Buffer.from([0xff, 0xe1]), be(0x2000, 2), Buffer.alloc(0x2000 - 2, 0x0a)]);
   const sof0 = Buffer.concat([Buffer.from([0xff, 0xc0]), be(17, 2), Buffer.from([8]), be(1200, 2), be(1600, 2)]);
   const jpeg = padded(Buffer.concat([Buffer.from([0xff, 0xd8]), app1, sof0]), 3 * 1024 * 1024);
-  const farJpeg = padded(Buffer.concat([Buffer.from([0xff, 0xd8]), ...Array.from({ length: 12 }, () => app1), sof0]), 200 * 1024);
+  const farJpeg = padded(Buffer.concat([Buffer.from([0xff, 0xd8]), ...Array.from({ length: 40 }, () => app1), sof0]), 400 * 1024);
 
-  it("read - describes PNG, GIF, WebP and JPEG images by their magic bytes, with dimensions from the header", async () => {
-    const cases: Array<[string, Buffer, string]> = [
-      ["shot.png", png, "PNG 640x480, 12 KB"],
-      ["anim.gif", gif, "GIF 32x16, 700 bytes"],
-      ["wide.webp", vp8x, "WebP 1920x1080, 2 KB"],
-      ["lossless.webp", vp8l, "WebP 100x50, 2 KB"],
-      ["lossy.webp", vp8, "WebP 300x200, 2 KB"],
-      // Named as something else: the bytes decide.
-      ["photo.txt", jpeg, "JPEG 1600x1200, 3.0 MB"],
-      ["far.jpg", farJpeg, "JPEG, 200 KB"],
+  it("read - describes PNG, GIF, WebP and JPEG images by their magic bytes, with dimensions from the header, and attaches them whole", async () => {
+    const cases: Array<[string, Buffer, string, string, number, number]> = [
+      ["shot.png", png, "PNG 640x480, 12 KB", "image/png", 640, 480],
+      ["anim.gif", gif, "GIF 32x16, 700 bytes", "image/gif", 32, 16],
+      ["wide.webp", vp8x, "WebP 1920x1080, 2 KB", "image/webp", 1920, 1080],
+      ["lossless.webp", vp8l, "WebP 100x50, 2 KB", "image/webp", 100, 50],
+      ["lossy.webp", vp8, "WebP 300x200, 2 KB", "image/webp", 300, 200],
+      // No frame header in the first exec's bytes: attached all the same, without dimensions.
+      ["far.jpg", farJpeg, "JPEG, 400 KB", "image/jpeg", 0, 0],
+      // Past the first exec's bytes: the rest comes in further execs.
+      ["big.png", padded(png, 500 * 1024), "PNG 640x480, 500 KB", "image/png", 640, 480],
     ];
-    for (const [name, bytes, shown] of cases) {
+    for (const [name, bytes, shown, mimeType, width, height] of cases) {
       await writeFile(join(ws.root, name), bytes);
-      expect(await ws.call("read", { path: name })).toMatchObject({ isError: false, content: `[image: ${name}, ${shown} — this model cannot view images]` });
+      const result = await ws.call("read", { path: name });
+      expect(result).toMatchObject({ isError: false, content: `[image: ${name}, ${shown}]` });
+      expect(result.images).toHaveLength(1);
+      expect(result.images[0]).toMatchObject({ mimeType, width, height });
+      expect(Buffer.from(result.images[0]!.data).equals(bytes)).toBe(true);
     }
+  });
+
+  it("read - an image over 512 KB is described, not attached, with a way to view it", async () => {
+    await writeFile(join(ws.root, "photo.txt"), jpeg);
+    await writeFile(join(ws.root, "edge.png"), padded(png, 512 * 1024 + 1));
+    const tooLarge = (shown: string) => `${shown} — too large to attach (over 512 KB); to view it, make a smaller copy (e.g. scaled or cropped with python3 in bash) and read that]`;
+    // Named as something else: the bytes decide.
+    expect(await ws.call("read", { path: "photo.txt" })).toMatchObject({ isError: false, images: [], content: tooLarge("[image: photo.txt, JPEG 1600x1200, 3.0 MB") });
+    expect(await ws.call("read", { path: "edge.png" })).toMatchObject({ isError: false, images: [], content: tooLarge("[image: edge.png, PNG 640x480, 512 KB") });
+    await writeFile(join(ws.root, "fits.png"), padded(png, 512 * 1024));
+    expect((await ws.call("read", { path: "fits.png" })).images[0]!.data.length).toBe(512 * 1024);
   });
 
   it("read - a file that only starts like an image is text", async () => {

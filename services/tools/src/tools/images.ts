@@ -1,8 +1,21 @@
 /** Image formats `read` recognizes by their magic bytes. */
 export type ImageFormat = "PNG" | "JPEG" | "GIF" | "WebP";
 
-/** How many leading bytes of an image `read` fetches to find its dimensions (a JPEG's frame header follows its EXIF, at most 64 KiB per segment). */
-export const IMAGE_HEAD_BYTES = 65_536;
+/** The media type of each format, as providers take it. */
+export const IMAGE_MIME: Readonly<Record<ImageFormat, string>> = { PNG: "image/png", JPEG: "image/jpeg", GIF: "image/gif", WebP: "image/webp" };
+
+/**
+ * Largest image `read` attaches to its result. Attached images are resent with every later
+ * request of the session, and a tool result crosses the bus whole (at most 1 MB a message).
+ */
+export const MAX_IMAGE_BYTES = 512 * 1024;
+
+/**
+ * How many leading bytes of an image `read` fetches with its first exec: enough for the
+ * dimensions (a JPEG's frame header follows its EXIF, at most 64 KiB per segment) and for the
+ * whole of most images it attaches, while their base64 stays under the exec's stdout cap.
+ */
+export const IMAGE_HEAD_BYTES = 262_144;
 
 /** The format of an image from its first bytes, or undefined when they are not one of ImageFormat. */
 export function imageFormat(head: Uint8Array): ImageFormat | undefined {

@@ -4,7 +4,7 @@ import { z } from "zod";
 import { defineTool, ToolError, type ToolContext } from "../tool.js";
 import { exec } from "./exec.js";
 import { argvString, CHECK_FILE, fileFailure, readKey, recordRead, sandboxPath } from "./files.js";
-import { IMAGE_HEAD_BYTES, imageFormat, imageSize, sizeText } from "./images.js";
+import { IMAGE_HEAD_BYTES, IMAGE_MIME, imageFormat, imageSize, MAX_IMAGE_BYTES, sizeText } from "./images.js";
 
 /** Lines read when the model gives no limit. */
 const DEFAULT_LIMIT = 2000;
@@ -12,11 +12,13 @@ const DEFAULT_LIMIT = 2000;
 const MAX_LINE_CHARS = 2000;
 /** Stop adding lines past this many bytes, far below the wrapper's cap and the loop's spill threshold, so the model gets a clean place to continue. */
 const MAX_READ_BYTES = 51_200;
+/** Bytes of an image fetched per exec: their base64 stays under the exec's stdout cap (MAX_STREAM_BYTES). */
+const IMAGE_CHUNK_BYTES = 288 * 1024;
 
 /**
  * Records the read (see files.ts), then prints the selected lines `cat -n` style and the file's
  * total line count as the last line; or, for an image (by its magic bytes), `image <size>` and its
- * first bytes in base64. awk runs on bytes (C locale) so the budget is in bytes, and counts
+ * first bytes in base64 (the whole image when it fits in them). awk runs on bytes (C locale) so the budget is in bytes, and counts
  * characters itself: a cut line keeps MAX_LINE_CHARS whole UTF-8 characters.
  */
 const SCRIPT = `${CHECK_FILE} export LC_ALL=C; ${recordRead('"$6"')}
@@ -43,8 +45,8 @@ END { print NR }' < "$1"`;
 /**
  * read: numbered lines of a text file, a window at a time, recorded as read for `edit`. A
  * `tack-spill:<call id>` path reads a tool result of this session that was too large for the
- * log, from the object store, the same way. An image is described (format, dimensions, size):
- * tool results carry text only, so no model sees its pixels yet (tools/README.md).
+ * log, from the object store, the same way. An image is described (format, dimensions, size)
+ * and, up to MAX_IMAGE_BYTES, attached whole to the result (tools/README.md).
  */
 export const read = defineTool({
   name: "read",
@@ -74,21 +76,47 @@ async function fileWindow(path: string, offset: number, limit: number, ctx: Tool
   const argv = ["bash", "-c", SCRIPT, "read", sandboxPath(path), String(offset), String(limit), String(MAX_READ_BYTES), String(MAX_LINE_CHARS), readKey(path), String(IMAGE_HEAD_BYTES)];
   const result = await exec(ctx, argv);
   if (result.exitCode !== 0 || result.timedOut) throw fileFailure(result, path, "read");
-  if (result.stdout.startsWith("image ")) return { image: describeImage(path, result.stdout) };
+  if (result.stdout.startsWith("image ")) return { image: await readImage(path, result.stdout, ctx) };
   const output = result.stdout.replace(/\n$/, "");
   const split = output.lastIndexOf("\n");
   return { total: Number(output.slice(split + 1)), lines: split < 0 ? "" : output.slice(0, split) };
 }
 
-/** `[image: path, PNG 640x480, 12 KB — ...]` from SCRIPT's `image <size>` line and the image's first bytes. */
-function describeImage(path: string, stdout: string): string {
+/**
+ * `[image: path, PNG 640x480, 12 KB]` from SCRIPT's `image <size>` line and the image's first
+ * bytes; an image of a known format up to MAX_IMAGE_BYTES is fetched whole and attached to the
+ * result, a larger one is only described, with a way to look into it.
+ */
+async function readImage(path: string, stdout: string, ctx: ToolContext): Promise<string> {
   const split = stdout.indexOf("\n");
   const size = Number(stdout.slice("image ".length, split));
   const head = Buffer.from(stdout.slice(split + 1), "base64");
-  const format = imageFormat(head) ?? "image";
-  const dimensions = format === "image" ? undefined : imageSize(format, head);
-  const shown = [format, dimensions && `${dimensions.width}x${dimensions.height}`].filter(Boolean).join(" ");
-  return `[image: ${path}, ${shown}, ${sizeText(size)} — this model cannot view images]`;
+  const format = imageFormat(head);
+  const dimensions = format && imageSize(format, head);
+  const shown = [format ?? "image", dimensions && `${dimensions.width}x${dimensions.height}`].filter(Boolean).join(" ");
+  const described = `[image: ${path}, ${shown}, ${sizeText(size)}`;
+  if (!format || !ctx.attach) return `${described}]`;
+  if (size > MAX_IMAGE_BYTES) {
+    return `${described} — too large to attach (over ${sizeText(MAX_IMAGE_BYTES)}); to view it, make a smaller copy `
+      + `(e.g. scaled or cropped with python3 in bash) and read that]`;
+  }
+  const data = size <= head.length ? head.subarray(0, size) : Buffer.concat([head, await imageRest(path, head.length, size, ctx)]);
+  ctx.attach({ mimeType: IMAGE_MIME[format], data, width: dimensions?.width ?? 0, height: dimensions?.height ?? 0 });
+  return `${described}]`;
+}
+
+/** The bytes of image `path` from `from` to `size`, IMAGE_CHUNK_BYTES per exec; a ToolError when the file changed meanwhile. */
+async function imageRest(path: string, from: number, size: number, ctx: ToolContext): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for (let at = from; at < size; at += IMAGE_CHUNK_BYTES) {
+    const argv = ["bash", "-c", 'tail -c "+$2" -- "$1" | head -c "$3" | base64 -w 0', "read", sandboxPath(path), String(at + 1), String(IMAGE_CHUNK_BYTES)];
+    const result = await exec(ctx, argv);
+    if (result.exitCode !== 0 || result.timedOut) throw fileFailure(result, path, "read");
+    parts.push(Buffer.from(result.stdout, "base64"));
+  }
+  const rest = Buffer.concat(parts);
+  if (from + rest.length !== size) throw new ToolError(`${path} changed while it was being read (${size} bytes, then ${from + rest.length}); read it again`);
+  return rest;
 }
 
 /** The same window over a spilled result, numbered, cut and budgeted the way SCRIPT does a file's lines. */

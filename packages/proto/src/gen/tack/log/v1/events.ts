@@ -7,7 +7,7 @@
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
 import { Timestamp } from "../../../google/protobuf/timestamp.js";
-import { ToolCall, ToolSpec, Usage } from "../../model/v1/model.js";
+import { ImageRef, ToolCall, ToolSpec, Usage } from "../../model/v1/model.js";
 
 export const protobufPackage = "tack.log.v1";
 
@@ -327,6 +327,8 @@ export interface ToolResult {
   spillObject: string;
   /** Size in bytes of the whole result (set when spilled). */
   fullBytes: number;
+  /** Images of the result, stored in the spill bucket; the model's tool message carries these references. */
+  images: ImageRef[];
 }
 
 /** `usage/report` [log-only, ignorable] — tokens used by one model call, and what they cost. */
@@ -3166,6 +3168,7 @@ function createBaseToolResult(): ToolResult {
     synthesized: false,
     spillObject: "",
     fullBytes: 0,
+    images: [],
   };
 }
 
@@ -3194,6 +3197,9 @@ export const ToolResult: MessageFns<ToolResult> = {
     }
     if (message.fullBytes !== 0) {
       writer.uint32(64).uint64(message.fullBytes);
+    }
+    for (const v of message.images) {
+      ImageRef.encode(v!, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -3275,6 +3281,14 @@ export const ToolResult: MessageFns<ToolResult> = {
             message.fullBytes = longToNumber(reader.uint64());
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.images.push(ImageRef.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3317,6 +3331,9 @@ export const ToolResult: MessageFns<ToolResult> = {
         : isSet(object.full_bytes)
         ? globalThis.Number(object.full_bytes)
         : 0,
+      images: globalThis.Array.isArray(object?.images)
+        ? object.images.map((e: any) => ImageRef.fromJSON(e))
+        : [],
     };
   },
 
@@ -3346,6 +3363,9 @@ export const ToolResult: MessageFns<ToolResult> = {
     if (message.fullBytes !== 0) {
       obj.fullBytes = Math.round(message.fullBytes);
     }
+    if (message.images?.length) {
+      obj.images = message.images.map((e) => ImageRef.toJSON(e));
+    }
     return obj;
   },
 
@@ -3362,6 +3382,7 @@ export const ToolResult: MessageFns<ToolResult> = {
     message.synthesized = object.synthesized ?? false;
     message.spillObject = object.spillObject ?? "";
     message.fullBytes = object.fullBytes ?? 0;
+    message.images = object.images?.map((e) => ImageRef.fromPartial(e)) || [];
     return message;
   },
 };

@@ -116,6 +116,20 @@ export interface ChatMessage {
   toolCalls: ToolCall[];
   /** Tool only: which call this answers. */
   toolCallId: string;
+  /** Tool only: images the result showed (e.g. `read` of a PNG), by reference; the llm service loads them for models that take images. */
+  images: ImageRef[];
+}
+
+/** ImageRef is an image of a tool result, stored in the spill object store (never in the log: a log message is at most 1 MB). */
+export interface ImageRef {
+  /** `image/png`, `image/jpeg`, `image/gif` or `image/webp`. */
+  mimeType: string;
+  /** Object name in the spill bucket (`<tenant>.<session>.<call_id>.image<n>`). */
+  object: string;
+  bytes: number;
+  /** Pixel dimensions from the image's header; 0 when unknown. */
+  width: number;
+  height: number;
 }
 
 /** Usage is what one model call consumed, in tokens. */
@@ -388,7 +402,7 @@ export const ToolCall: MessageFns<ToolCall> = {
 };
 
 function createBaseChatMessage(): ChatMessage {
-  return { role: Role.ROLE_UNSPECIFIED, content: "", reasoningContent: "", toolCalls: [], toolCallId: "" };
+  return { role: Role.ROLE_UNSPECIFIED, content: "", reasoningContent: "", toolCalls: [], toolCallId: "", images: [] };
 }
 
 export const ChatMessage: MessageFns<ChatMessage> = {
@@ -407,6 +421,9 @@ export const ChatMessage: MessageFns<ChatMessage> = {
     }
     if (message.toolCallId !== "") {
       writer.uint32(42).string(message.toolCallId);
+    }
+    for (const v of message.images) {
+      ImageRef.encode(v!, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -464,6 +481,14 @@ export const ChatMessage: MessageFns<ChatMessage> = {
             message.toolCallId = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.images.push(ImageRef.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -495,6 +520,7 @@ export const ChatMessage: MessageFns<ChatMessage> = {
         : isSet(object.tool_call_id)
         ? globalThis.String(object.tool_call_id)
         : "",
+      images: globalThis.Array.isArray(object?.images) ? object.images.map((e: any) => ImageRef.fromJSON(e)) : [],
     };
   },
 
@@ -515,6 +541,9 @@ export const ChatMessage: MessageFns<ChatMessage> = {
     if (message.toolCallId !== "") {
       obj.toolCallId = message.toolCallId;
     }
+    if (message.images?.length) {
+      obj.images = message.images.map((e) => ImageRef.toJSON(e));
+    }
     return obj;
   },
 
@@ -528,6 +557,144 @@ export const ChatMessage: MessageFns<ChatMessage> = {
     message.reasoningContent = object.reasoningContent ?? "";
     message.toolCalls = object.toolCalls?.map((e) => ToolCall.fromPartial(e)) || [];
     message.toolCallId = object.toolCallId ?? "";
+    message.images = object.images?.map((e) => ImageRef.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseImageRef(): ImageRef {
+  return { mimeType: "", object: "", bytes: 0, width: 0, height: 0 };
+}
+
+export const ImageRef: MessageFns<ImageRef> = {
+  encode(message: ImageRef, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mimeType !== "") {
+      writer.uint32(10).string(message.mimeType);
+    }
+    if (message.object !== "") {
+      writer.uint32(18).string(message.object);
+    }
+    if (message.bytes !== 0) {
+      writer.uint32(24).uint64(message.bytes);
+    }
+    if (message.width !== 0) {
+      writer.uint32(32).uint32(message.width);
+    }
+    if (message.height !== 0) {
+      writer.uint32(40).uint32(message.height);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ImageRef {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseImageRef();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mimeType = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.object = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.bytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.width = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.height = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ImageRef {
+    return {
+      mimeType: isSet(object.mimeType)
+        ? globalThis.String(object.mimeType)
+        : isSet(object.mime_type)
+        ? globalThis.String(object.mime_type)
+        : "",
+      object: isSet(object.object) ? globalThis.String(object.object) : "",
+      bytes: isSet(object.bytes) ? globalThis.Number(object.bytes) : 0,
+      width: isSet(object.width) ? globalThis.Number(object.width) : 0,
+      height: isSet(object.height) ? globalThis.Number(object.height) : 0,
+    };
+  },
+
+  toJSON(message: ImageRef): unknown {
+    const obj: any = {};
+    if (message.mimeType !== "") {
+      obj.mimeType = message.mimeType;
+    }
+    if (message.object !== "") {
+      obj.object = message.object;
+    }
+    if (message.bytes !== 0) {
+      obj.bytes = Math.round(message.bytes);
+    }
+    if (message.width !== 0) {
+      obj.width = Math.round(message.width);
+    }
+    if (message.height !== 0) {
+      obj.height = Math.round(message.height);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ImageRef>, I>>(base?: I): ImageRef {
+    return ImageRef.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ImageRef>, I>>(object: I): ImageRef {
+    const message = createBaseImageRef();
+    message.mimeType = object.mimeType ?? "";
+    message.object = object.object ?? "";
+    message.bytes = object.bytes ?? 0;
+    message.width = object.width ?? 0;
+    message.height = object.height ?? 0;
     return message;
   },
 };
@@ -677,6 +844,17 @@ export type DeepPartial<T> = T extends Builtin ? T
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function longToNumber(int64: { toString(): string }): number {
+  const num = globalThis.Number(int64.toString());
+  if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+  }
+  if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+  }
+  return num;
+}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;

@@ -62,7 +62,20 @@ export interface CallToolResponse {
   /** The tool calls a run_code program made (code mode), in the order they were made; the loop logs each. */
   innerCalls: InnerCall[];
   /** Set when this call was a successful define_tool: the loop logs it (tool/defined) and sends it back with every later list and call. */
-  defined: DefinedTool | undefined;
+  defined:
+    | DefinedTool
+    | undefined;
+  /** Images the result shows (`read` of an image); the loop stores them in the spill bucket and logs references. */
+  images: ToolImage[];
+}
+
+/** ToolImage is one image of a tool result, whole (at most 512 KB: `read` attaches nothing larger). */
+export interface ToolImage {
+  mimeType: string;
+  data: Buffer;
+  /** Pixel dimensions from the image's header; 0 when unknown. */
+  width: number;
+  height: number;
 }
 
 /** InnerCall is one call a run_code program made to another tool, with its result. */
@@ -551,6 +564,7 @@ function createBaseCallToolResponse(): CallToolResponse {
     replayed: false,
     innerCalls: [],
     defined: undefined,
+    images: [],
   };
 }
 
@@ -576,6 +590,9 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     }
     if (message.defined !== undefined) {
       DefinedTool.encode(message.defined, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.images) {
+      ToolImage.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -649,6 +666,14 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
             message.defined = DefinedTool.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.images.push(ToolImage.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -682,6 +707,7 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
         ? object.inner_calls.map((e: any) => InnerCall.fromJSON(e))
         : [],
       defined: isSet(object.defined) ? DefinedTool.fromJSON(object.defined) : undefined,
+      images: globalThis.Array.isArray(object?.images) ? object.images.map((e: any) => ToolImage.fromJSON(e)) : [],
     };
   },
 
@@ -708,6 +734,9 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     if (message.defined !== undefined) {
       obj.defined = DefinedTool.toJSON(message.defined);
     }
+    if (message.images?.length) {
+      obj.images = message.images.map((e) => ToolImage.toJSON(e));
+    }
     return obj;
   },
 
@@ -725,6 +754,128 @@ export const CallToolResponse: MessageFns<CallToolResponse> = {
     message.defined = (object.defined !== undefined && object.defined !== null)
       ? DefinedTool.fromPartial(object.defined)
       : undefined;
+    message.images = object.images?.map((e) => ToolImage.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseToolImage(): ToolImage {
+  return { mimeType: "", data: Buffer.alloc(0), width: 0, height: 0 };
+}
+
+export const ToolImage: MessageFns<ToolImage> = {
+  encode(message: ToolImage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mimeType !== "") {
+      writer.uint32(10).string(message.mimeType);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(18).bytes(message.data);
+    }
+    if (message.width !== 0) {
+      writer.uint32(24).uint32(message.width);
+    }
+    if (message.height !== 0) {
+      writer.uint32(32).uint32(message.height);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolImage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolImage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mimeType = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.width = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.height = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolImage {
+    return {
+      mimeType: isSet(object.mimeType)
+        ? globalThis.String(object.mimeType)
+        : isSet(object.mime_type)
+        ? globalThis.String(object.mime_type)
+        : "",
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+      width: isSet(object.width) ? globalThis.Number(object.width) : 0,
+      height: isSet(object.height) ? globalThis.Number(object.height) : 0,
+    };
+  },
+
+  toJSON(message: ToolImage): unknown {
+    const obj: any = {};
+    if (message.mimeType !== "") {
+      obj.mimeType = message.mimeType;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    if (message.width !== 0) {
+      obj.width = Math.round(message.width);
+    }
+    if (message.height !== 0) {
+      obj.height = Math.round(message.height);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolImage>, I>>(base?: I): ToolImage {
+    return ToolImage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolImage>, I>>(object: I): ToolImage {
+    const message = createBaseToolImage();
+    message.mimeType = object.mimeType ?? "";
+    message.data = object.data ?? Buffer.alloc(0);
+    message.width = object.width ?? 0;
+    message.height = object.height ?? 0;
     return message;
   },
 };
@@ -1539,6 +1690,14 @@ export const WebSearchProviderHealth: MessageFns<WebSearchProviderHealth> = {
     return message;
   },
 };
+
+function bytesFromBase64(b64: string): Uint8Array {
+  return Uint8Array.from(globalThis.Buffer.from(b64, "base64"));
+}
+
+function base64FromBytes(arr: Uint8Array): string {
+  return globalThis.Buffer.from(arr).toString("base64");
+}
 
 function floatToJson(value: number | null | undefined): number | string | null | undefined {
   return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
