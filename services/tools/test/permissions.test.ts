@@ -20,13 +20,15 @@ const retryWith = (mode: string) =>
 describe("denials", () => {
   it("permissions - write in read-only mode is denied before running, with the two lines", async () => {
     const result = await ws.call("write", { path: "notes.txt", content: "x" }, "read-only");
-    expect(result).toEqual({
+    expect(result).toMatchObject({
       isError: true,
       content: `Denied: sandbox mode read-only does not allow writing notes.txt.\n${retryWith("workspace-write")}`,
       durationMs: expect.any(Number),
       retries: [],
       replayed: false,
+      innerCalls: [],
     });
+    expect(result.defined).toBeUndefined();
     expect(ws.sandbox.executed).toHaveLength(0);
   });
 
