@@ -1,16 +1,10 @@
-import { randomBytes } from "node:crypto";
 import { spawnSync } from "node:child_process";
-import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Bus } from "@tack/bus";
-import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
-import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, SessionCreated } from "@tack/proto";
-import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
-import { removeNamespace } from "@tack/testkit";
+import { CallToolRequest, CallToolResponse } from "@tack/proto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startToolsService, type ToolsService } from "../src/index.js";
 import { declarations } from "../src/modes/code.js";
 import { compileProgram, DEFAULT_CODE_LIMITS, runProgram } from "../src/modes/isolate.js";
 import { callTool, listTools } from "../src/registry.js";
@@ -21,6 +15,7 @@ import { grep } from "../src/tools/grep.js";
 import { read } from "../src/tools/read.js";
 import { write } from "../src/tools/write.js";
 import { makeWorkspace, type Workspace } from "./support/call.js";
+import { ToolsOverBus } from "./support/over-bus.js";
 
 const ROOT = join(import.meta.dirname, "../../..");
 const STANDARD = [read, write, edit, glob, grep, bash];
@@ -203,32 +198,14 @@ describe("code isolate", () => {
 
 // The same program against the real sandbox service (a Docker container) over the bus.
 describe("code mode in the sandbox", () => {
-  const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
-  const namespace = `code${randomBytes(4).toString("hex")}`;
-  const workspace = mkdtempSync(join(tmpdir(), "tack-code-mode-"));
-  let bus: Bus;
-  let sandbox: SandboxService;
-  let tools: ToolsService;
+  let s: ToolsOverBus;
   beforeAll(async () => {
-    if (process.getuid?.() === 0) chownSync(workspace, 1000, 1000);
-    bus = await Bus.connect({ url: NATS_URL, namespace, name: "code-mode-test" });
-    // The sandbox makes containers only for sessions in the log: open this one as the loop would.
-    await ensureLogStream(bus.nc, bus.names);
-    const writer = await SessionLogWriter.open(bus.nc, bus.names, { tenant: "t1", sessionId: "c1" });
-    await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId: "c1", tenant: "t1", workspace, formatVersion: FORMAT_VERSION, mode: "code" }), "test"));
-    sandbox = await startSandboxService({ natsUrl: NATS_URL, namespace, poolSize: 0 });
-    tools = await startToolsService({ natsUrl: NATS_URL, namespace });
+    s = await ToolsOverBus.start({ mode: "code", sessionId: "c1" });
   });
-  afterAll(async () => {
-    await tools?.stop();
-    await sandbox?.stop({ removeContainers: true });
-    await removeNamespace(bus.nc, namespace);
-    await bus.close();
-    rmSync(workspace, { recursive: true, force: true });
-  });
+  afterAll(() => s?.stop());
 
   it("code mode in the sandbox - tools.list and a run_code call whose inner calls run in the session's container", async () => {
-    const listed = await bus.request(bus.names.toolsList, ListToolsRequest, { mode: "code" }, ListToolsResponse);
+    const listed = await s.list();
     expect(listed.tools.map((t) => t.name)).toEqual(["run_code"]);
     const code = `
       await tools.write({ path: "notes/hi.txt", content: "hello from the program\\n" });
@@ -236,14 +213,11 @@ describe("code mode in the sandbox", () => {
       const found = await tools.glob({ pattern: "*.txt" });
       console.log(os);
       return found;`;
-    const response = await bus.request(bus.names.toolsCall, CallToolRequest, CallToolRequest.fromPartial({
-      sessionId: "c1", tenant: "t1", callId: "call_0_0", name: "run_code", arguments: JSON.stringify({ code }), workspace,
-      sandboxMode: "workspace-write", attempt: 1, firstAttemptAtMs: Date.now(), sessionMode: "code",
-    }), CallToolResponse, { timeoutMs: 60_000 });
+    const response = await s.call("run_code", { code });
     expect(response.isError).toBe(false);
     // Debian bookworm (12.x) in the container, whatever the host runs; the workspace mounted at /workspace.
     expect(response.content).toMatch(/^12\.\d+\n\/workspace\nhello from the program\nexit code: 0\nreturned: notes\/hi\.txt$/);
-    expect(readFileSync(join(workspace, "notes/hi.txt"), "utf8")).toBe("hello from the program\n");
+    expect(readFileSync(join(s.workspace, "notes/hi.txt"), "utf8")).toBe("hello from the program\n");
     expect(response.innerCalls.map((c) => [c.name, c.isError])).toEqual([["write", false], ["bash", false], ["glob", false]]);
   });
 });

@@ -1,16 +1,8 @@
-import { randomBytes } from "node:crypto";
-import { chownSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { Bus } from "@tack/bus";
-import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
-import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, SessionCreated, type DefinedTool } from "@tack/proto";
-import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
-import { removeNamespace } from "@tack/testkit";
+import { CallToolRequest, CallToolResponse, type DefinedTool } from "@tack/proto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startToolsService, type ToolsService } from "../src/index.js";
 import { callTool, listTools } from "../src/registry.js";
 import { makeWorkspace, type Workspace } from "./support/call.js";
+import { ToolsOverBus } from "./support/over-bus.js";
 
 let ws: Workspace;
 beforeEach(async () => {
@@ -95,34 +87,12 @@ describe("creator mode", () => {
 
 // Over the bus with the real sandbox service: discovery of what runs, and a defined tool run in the container.
 describe("creator mode over the bus", () => {
-  const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
-  const namespace = `cre${randomBytes(4).toString("hex")}`;
-  const workspace = mkdtempSync(join(tmpdir(), "tack-creator-mode-"));
-  let bus: Bus;
-  let sandbox: SandboxService;
-  let tools: ToolsService;
+  let s: ToolsOverBus;
   beforeAll(async () => {
-    if (process.getuid?.() === 0) chownSync(workspace, 1000, 1000);
-    bus = await Bus.connect({ url: NATS_URL, namespace, name: "creator-mode-test" });
-    await ensureLogStream(bus.nc, bus.names);
-    const writer = await SessionLogWriter.open(bus.nc, bus.names, { tenant: "t1", sessionId: "k1" });
-    await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId: "k1", tenant: "t1", workspace, formatVersion: FORMAT_VERSION, mode: "creator" }), "test"));
-    sandbox = await startSandboxService({ natsUrl: NATS_URL, namespace, poolSize: 0 });
-    tools = await startToolsService({ natsUrl: NATS_URL, namespace });
+    s = await ToolsOverBus.start({ mode: "creator", sessionId: "k1" });
   });
-  afterAll(async () => {
-    await tools?.stop();
-    await sandbox?.stop({ removeContainers: true });
-    await removeNamespace(bus.nc, namespace);
-    await bus.close();
-    rmSync(workspace, { recursive: true, force: true });
-  });
-
-  let n = 0;
-  const request = (name: string, args: unknown, defined: DefinedTool[] = []) => bus.request(bus.names.toolsCall, CallToolRequest, CallToolRequest.fromPartial({
-    sessionId: "k1", tenant: "t1", callId: `call_${n++}`, name, arguments: JSON.stringify(args), workspace,
-    sandboxMode: "workspace-write", attempt: 1, firstAttemptAtMs: Date.now(), sessionMode: "creator", defined: { tools: defined },
-  }), CallToolResponse, { timeoutMs: 60_000 });
+  afterAll(() => s?.stop());
+  const request = (name: string, args: unknown, defined: DefinedTool[] = []) => s.call(name, args, { defined: { tools: defined } });
 
   it("creator over the bus - composition shows the services that run, the modes' tools and the session's definitions", async () => {
     const defined = (await request("define_tool", WORDS)).defined!;
@@ -139,7 +109,7 @@ describe("creator mode over the bus", () => {
 
   it("creator over the bus - tools.list carries the definitions; a defined python3 tool runs in the session's container", async () => {
     const defined = (await request("define_tool", { ...WORDS, code: "import json, sys, platform\nargs = json.load(sys.stdin)\nprint(len(args['text'].split()), open('/etc/debian_version').read().strip())" })).defined!;
-    const listed = await bus.request(bus.names.toolsList, ListToolsRequest, { mode: "creator", defined: { tools: [defined] } }, ListToolsResponse);
+    const listed = await s.list({ defined: { tools: [defined] } });
     expect(listed.tools.at(-1)!.name).toBe("count_words");
     expect((await request("count_words", { text: "a b c d" }, [defined])).content).toMatch(/^4 12\.\d+\nexit code: 0$/);
   });

@@ -1,17 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { chownSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Bus } from "@tack/bus";
-import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
-import { CallToolRequest, CallToolResponse, SessionCreated } from "@tack/proto";
-import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
-import { removeNamespace } from "@tack/testkit";
+import { CallToolRequest, CallToolResponse } from "@tack/proto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startToolsService, type ToolsService } from "../src/index.js";
 import { callTool, listTools } from "../src/registry.js";
 import { makeWorkspace, type Workspace } from "./support/call.js";
+import { ToolsOverBus } from "./support/over-bus.js";
 
 let ws: Workspace;
 let sessionId: string;
@@ -152,34 +147,12 @@ describe("editor", () => {
 
 // The shell where it really runs: a daemon in the session's container, which must outlive the exec that started it.
 describe("shell in the sandbox", () => {
-  const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
-  const namespace = `min${randomBytes(4).toString("hex")}`;
-  const workspace = mkdtempSync(join(tmpdir(), "tack-minimal-mode-"));
-  let bus: Bus;
-  let sandbox: SandboxService;
-  let tools: ToolsService;
+  let s: ToolsOverBus;
   beforeAll(async () => {
-    if (process.getuid?.() === 0) chownSync(workspace, 1000, 1000);
-    bus = await Bus.connect({ url: NATS_URL, namespace, name: "minimal-mode-test" });
-    await ensureLogStream(bus.nc, bus.names);
-    const writer = await SessionLogWriter.open(bus.nc, bus.names, { tenant: "t1", sessionId: "m1" });
-    await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId: "m1", tenant: "t1", workspace, formatVersion: FORMAT_VERSION, mode: "minimal" }), "test"));
-    sandbox = await startSandboxService({ natsUrl: NATS_URL, namespace, poolSize: 0 });
-    tools = await startToolsService({ natsUrl: NATS_URL, namespace });
+    s = await ToolsOverBus.start({ mode: "minimal", sessionId: "m1" });
   });
-  afterAll(async () => {
-    await tools?.stop();
-    await sandbox?.stop({ removeContainers: true });
-    await removeNamespace(bus.nc, namespace);
-    await bus.close();
-    rmSync(workspace, { recursive: true, force: true });
-  });
-
-  let n = 0;
-  const shell = (command: string) => bus.request(bus.names.toolsCall, CallToolRequest, CallToolRequest.fromPartial({
-    sessionId: "m1", tenant: "t1", callId: `call_${n++}`, name: "shell", arguments: JSON.stringify({ command }), workspace,
-    sandboxMode: "workspace-write", attempt: 1, firstAttemptAtMs: Date.now(), sessionMode: "minimal",
-  }), CallToolResponse, { timeoutMs: 60_000 });
+  afterAll(() => s?.stop());
+  const shell = (command: string) => s.call("shell", { command });
 
   it("shell in the sandbox - state carries over between calls in the container, and a killed shell is replaced", async () => {
     expect(await shell("mkdir -p /workspace/w && cd /workspace/w && export MARK=$$")).toMatchObject({ isError: false });
