@@ -49,7 +49,9 @@ export class Projection {
           role: Role.ROLE_ASSISTANT, content: p.value.content, reasoningContent: p.value.reasoningContent, toolCalls: p.value.toolCalls,
         }));
       case "toolResult":
-        return this.#surface(event, ChatMessage.fromPartial({ role: Role.ROLE_TOOL, content: p.value.content, toolCallId: p.value.callId }));
+        return this.#surface(event, ChatMessage.fromPartial({
+          role: Role.ROLE_TOOL, content: p.value.content, toolCallId: p.value.callId, images: p.value.images,
+        }));
       case "contextPruned": {
         const { upToSeq, headChars, tailChars } = p.value;
         this.#visible = this.#visible.map((v) => (prunable(v, upToSeq, headChars, tailChars)

@@ -1,6 +1,6 @@
 import { TackError } from "@tack/bus";
 import { draft, spillPath, type Draft, type ModelRequest, type Projection, type SessionAddress, type SpillBucket } from "@tack/log";
-import { ChatMessage, Role, Surface_Kind, type CompleteDone, type ContextPruned, type Event, type ToolResult, type Usage } from "@tack/proto";
+import { ChatMessage, Role, Surface_Kind, type CompleteDone, type ContextPruned, type Event, type ImageRef, type ToolImage, type ToolResult, type Usage } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 
 /** Settings of spilling, pruning and summarizing (cheapest first), validated once by the service. */
@@ -45,10 +45,12 @@ export interface CompactionHost {
   callModel(request: ModelRequest): Promise<CompleteDone>;
 }
 
-/** The fields of a `tool/result` that carry its content: all of it, or a preview and where the rest is. */
-export type LoggedContent = Pick<ToolResult, "content" | "spillObject" | "fullBytes">;
+/** The fields of a `tool/result` that carry its content: all of it, or a preview and where the rest is; and where its images are, if it has any. */
+export type LoggedContent = Pick<ToolResult, "content" | "spillObject" | "fullBytes"> & { images?: ImageRef[] };
 
 const SOURCE = "loop";
+/** An image counts as this many characters: ~1,600 tokens (what Anthropic charges for a full-size one) at 4 characters a token. */
+const IMAGE_CHARS = 6_400;
 /** Tokens per character assumed until the provider reports usage (and the least ever assumed). */
 const MIN_TOKENS_PER_CHAR = 0.25;
 
@@ -75,8 +77,34 @@ export class Compactor {
    * The content to log for a tool result: unchanged up to `spillBytes`; above that, the whole
    * result goes to the spill bucket and the model gets its head and a note on how to read the
    * rest. If the bucket cannot take it, the note says so instead (the step still gets its result).
+   * The result's images go to the bucket too, and the log gets references to them.
    */
-  async spill(callId: string, content: string): Promise<LoggedContent> {
+  async spill(callId: string, content: string, images: readonly ToolImage[] = []): Promise<LoggedContent> {
+    if (images.length === 0) return this.#spillText(callId, content);
+    const refs = await this.#storeImages(callId, images);
+    const logged = await this.#spillText(callId, content);
+    if (refs) return { ...logged, images: refs };
+    return { ...logged, content: `${logged.content}\n[The image could not be stored, so it is not shown; read the file again.]` };
+  }
+
+  /**
+   * Stores a result's images in the spill bucket as `<call id>.image<n>` (never in the log: an
+   * event is at most 1 MB) and returns their references; undefined when the bucket cannot take them.
+   */
+  async #storeImages(callId: string, images: readonly ToolImage[]): Promise<ImageRef[] | undefined> {
+    try {
+      const bucket = await this.#spills();
+      return await Promise.all(images.map(async (image, i) => ({
+        mimeType: image.mimeType, object: await bucket.put(this.#address, `${callId}.image${i + 1}`, image.data),
+        bytes: image.data.length, width: image.width, height: image.height,
+      })));
+    } catch (error) {
+      this.#log.warn("storing images failed", { session: this.#address.sessionId, call: callId, error: (error as Error).message });
+      return undefined;
+    }
+  }
+
+  async #spillText(callId: string, content: string): Promise<LoggedContent> {
     const fullBytes = Buffer.byteLength(content, "utf8");
     if (fullBytes <= this.#settings.spillBytes) return { content, spillObject: "", fullBytes: 0 };
     const preview = previewOf(content, this.#settings.spillPreviewChars);
@@ -193,5 +221,5 @@ function requestChars(request: ModelRequest): number {
 function messageChars(m: ChatMessage): number {
   let chars = m.content.length + m.reasoningContent.length;
   for (const c of m.toolCalls) chars += c.name.length + c.arguments.length;
-  return chars;
+  return chars + m.images.length * IMAGE_CHARS;
 }

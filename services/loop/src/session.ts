@@ -598,7 +598,7 @@ export class SessionRuntime {
         if (note) result = { ...result, content: `${note}\n${result.content}` };
       }
       await this.append(draft("toolResult", {
-        callId: call.id, name: call.name, ...(await this.#compactor.spill(call.id, result.content)), isError: result.isError, durationMs: result.durationMs,
+        callId: call.id, name: call.name, ...(await this.#compactor.spill(call.id, result.content, result.images)), isError: result.isError, durationMs: result.durationMs,
         synthesized: false,
       }, SOURCE, surfaceFor(assistantSeq)));
     }));
