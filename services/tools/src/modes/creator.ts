@@ -2,10 +2,9 @@ import { readFileSync } from "node:fs";
 import { discoverMicro, type Bus } from "@tack/bus";
 import type { DefinedTool, DefinedTools, ToolSpec } from "@tack/proto";
 import { z } from "zod";
-import { denialLines, escalationParameters } from "../permissions.js";
 import { defineTool, ToolError, type Tool } from "../tool.js";
-import { deniedBy } from "../tools/bash.js";
-import { exec, MAX_STREAM_BYTES } from "../tools/exec.js";
+import { commandResult } from "../tools/bash.js";
+import { exec } from "../tools/exec.js";
 
 /** A defined tool's name: what providers accept as a function name, and short. */
 const NAME = /^[a-z][a-z0-9_]{0,47}$/;
@@ -104,17 +103,7 @@ export function definedTool(definition: DefinedTool): Tool {
     deniable: ["writes", "network"],
     async execute(args, ctx) {
       const result = await exec(ctx, [interpreter, "-c", definition.code], { stdin: JSON.stringify(args), timeoutMs: RUN_TIMEOUT_MS });
-      const parts: string[] = [];
-      if (result.stdout) parts.push(result.stdout.replace(/\n$/, ""));
-      if (result.stderr) parts.push(`stderr:\n${result.stderr.replace(/\n$/, "")}`);
-      if (result.truncated) parts.push(`(output cut after ${MAX_STREAM_BYTES} bytes per stream)`);
-      if (result.timedOut) parts.push(`timed out after ${RUN_TIMEOUT_MS} ms`);
-      parts.push(`exit code: ${result.exitCode}`);
-      const denied = deniedBy(ctx.mode, result);
-      if (denied.length > 0) parts.push(denialLines(ctx.mode, denied));
-      const text = parts.join("\n");
-      if (result.exitCode !== 0 || result.timedOut || denied.length > 0) throw new ToolError(text);
-      return text;
+      return commandResult(result, ctx.mode, RUN_TIMEOUT_MS);
     },
   });
 }

@@ -45,19 +45,28 @@ export const bash = defineTool({
     const script = dir === "." ? command : `cd -- ${shellQuote(dir)} 2>/dev/null || { echo '${NO_WORKDIR_MARKER}' >&2; exit ${NO_WORKDIR_EXIT}; }; ${command}`;
     const result = await exec(ctx, ["bash", "-c", script], { timeoutMs: timeout_ms });
     if (result.exitCode === NO_WORKDIR_EXIT && result.stderr === `${NO_WORKDIR_MARKER}\n`) throw new ToolError(noWorkdir(workdir!));
-    const parts: string[] = [];
-    if (result.stdout) parts.push(result.stdout.replace(/\n$/, ""));
-    if (result.stderr) parts.push(`stderr:\n${result.stderr.replace(/\n$/, "")}`);
-    if (result.truncated) parts.push(`(output cut after ${MAX_STREAM_BYTES} bytes per stream; redirect it to a file and read that instead)`);
-    if (result.timedOut) parts.push(`timed out after ${timeout_ms} ms`);
-    parts.push(`exit code: ${result.exitCode}`);
-    const denied = deniedBy(ctx.mode, result);
-    if (denied.length > 0) parts.push(denialLines(ctx.mode, denied));
-    const text = parts.join("\n");
-    if (result.exitCode !== 0 || result.timedOut || denied.length > 0) throw new ToolError(text);
-    return text;
+    return commandResult(result, ctx.mode, timeout_ms, "redirect it to a file and read that instead");
   },
 });
+
+/**
+ * The text of a finished command: stdout, stderr, what was cut or timed out, `exit code: N`
+ * last, then the denial lines when `mode` denied it something. A non-zero exit, a timeout or a
+ * denial is thrown as a ToolError (`is_error`); `cutAdvice` follows the note of a cut output.
+ */
+export function commandResult(result: ExecResult, mode: SandboxMode, timeoutMs: number, cutAdvice?: string): string {
+  const parts: string[] = [];
+  if (result.stdout) parts.push(result.stdout.replace(/\n$/, ""));
+  if (result.stderr) parts.push(`stderr:\n${result.stderr.replace(/\n$/, "")}`);
+  if (result.truncated) parts.push(`(output cut after ${MAX_STREAM_BYTES} bytes per stream${cutAdvice ? `; ${cutAdvice}` : ""})`);
+  if (result.timedOut) parts.push(`timed out after ${timeoutMs} ms`);
+  parts.push(`exit code: ${result.exitCode}`);
+  const denied = deniedBy(mode, result);
+  if (denied.length > 0) parts.push(denialLines(mode, denied));
+  const text = parts.join("\n");
+  if (result.exitCode !== 0 || result.timedOut || denied.length > 0) throw new ToolError(text);
+  return text;
+}
 
 /** `workdir` as a path relative to /workspace ("." for itself); refused when it leads outside. */
 function inWorkspace(workdir: string): string {
