@@ -42,6 +42,7 @@ async function api(path: string, init: RequestInit & { json?: unknown } = {}): P
 }
 
 /** Sends a request and returns its status and JSON body. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- response bodies of many shapes, each checked by the assertions that read them
 async function call(method: string, path: string, json?: unknown): Promise<{ status: number; body: any }> {
   const res = await api(path, { method, json });
   return { status: res.status, body: await res.json() };
