@@ -1,69 +1,27 @@
 // End to end: escalation and approval through every service process (the launcher `tack up`
 // uses), the machine's NATS JetStream and real Docker sandboxes, decided over the HTTP API.
-import { chownSync, existsSync, mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus } from "@tack/bus";
-import { removeNamespace, waitFor } from "@tack/testkit";
-import { launch, type Launched } from "@tack/cli";
 import { APPROVAL_TEXT } from "@tack/loop-service";
+import { ApiStack, type EventJson } from "./support/api-stack.js";
 
-const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
-const namespace = `e2e${randomBytes(4).toString("hex")}`;
-const work = mkdtempSync(join(tmpdir(), "tack-e2e-approvals-"));
-let tack: Launched;
-
-/** An event as the gateway sends it: the payload sits under its case name (e.g. `toolResult`). */
-type EventJson = { seq: number; type: string } & Record<string, Record<string, unknown> | undefined>;
-
-function workspace(name: string): string {
-  const dir = join(work, name);
-  mkdirSync(dir, { recursive: true });
-  if (process.getuid?.() === 0) chownSync(dir, 1000, 1000);
-  return dir;
-}
-
-// The services' state directory; the llm service reads scripts only from its `scripts/` (and the bundled examples/).
-const stateDir = join(work, "data");
+let stack: ApiStack;
+const workspace = (name: string) => stack.workspace(name);
+const api = (path: string, init?: RequestInit & { json?: unknown }) => stack.api(path, init);
+const logWhen = (id: string, what: string, done: (e: EventJson[]) => boolean) => stack.logWhen(id, what, done);
 
 /** A model that tries `touch x`, is denied, and retries once asking for workspace-write. */
-function script(name: string): string {
-  mkdirSync(join(stateDir, "scripts"), { recursive: true });
-  const file = join(stateDir, "scripts", `${name}.json`);
-  writeFileSync(file, JSON.stringify({ replies: [
-    { tool_calls: [{ name: "bash", arguments: { command: "touch x" } }] },
-    { tool_calls: [{ name: "bash", arguments: { command: "touch x", sandbox_permissions: "workspace-write", justification: "the user asked for the file x" } }] },
-    { content: "Finished." },
-  ] }));
-  return file;
-}
-
-async function api(path: string, init: RequestInit & { json?: unknown } = {}): Promise<Response> {
-  const headers: Record<string, string> = { authorization: `Bearer ${tack.apiKey}` };
-  if (init.json !== undefined) headers["content-type"] = "application/json";
-  return fetch(`${tack.gatewayUrl}${path}`, { ...init, headers, body: init.json === undefined ? init.body : JSON.stringify(init.json) });
-}
-
-async function events(id: string): Promise<EventJson[]> {
-  const text = await (await api(`/v1/sessions/${id}/events?follow=0`)).text();
-  return text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
-}
-
-/** The session's log once `done` holds for it; a timeout names `what` and the event types read last. */
-function logWhen(id: string, what: string, done: (e: EventJson[]) => boolean, timeoutMs = 60_000): Promise<EventJson[]> {
-  return waitFor(`${what} in session ${id}`, async () => {
-    const e = await events(id);
-    if (done(e)) return e;
-    throw new Error(`log so far: ${e.map((x) => x.type).join(", ")}`);
-  }, { timeoutMs });
-}
+const script = (name: string) => stack.script(name, [
+  { tool_calls: [{ name: "bash", arguments: { command: "touch x" } }] },
+  { tool_calls: [{ name: "bash", arguments: { command: "touch x", sandbox_permissions: "workspace-write", justification: "the user asked for the file x" } }] },
+  { content: "Finished." },
+]);
 
 /** Starts a read-only session on a fresh workspace and runs the script up to the approval card. */
 async function escalate(name: string): Promise<{ id: string; ws: string; log: EventJson[] }> {
   const ws = workspace(name);
-  const created = await api("/v1/sessions", { method: "POST", json: { workspace: ws, model: `scripted:${script(name)}`, sandbox_mode: "read-only" } });
+  const created = await api("/v1/sessions", { method: "POST", json: { workspace: ws, model: script(name), sandbox_mode: "read-only" } });
   expect(created.status, await created.clone().text()).toBe(201);
   const { id } = (await created.json()) as { id: string };
   expect((await api(`/v1/sessions/${id}/messages`, { method: "POST", json: { text: "create the file x" } })).status).toBe(202);
@@ -72,16 +30,10 @@ async function escalate(name: string): Promise<{ id: string; ws: string; log: Ev
 }
 
 beforeAll(async () => {
-  tack = await launch({ dataDir: stateDir, natsUrl: NATS_URL, namespace, env: { TACK_LEASE_TTL_MS: "2000", TACK_STATE_DIR: stateDir } });
+  stack = await ApiStack.launch("approvals");
 }, 120_000);
 
-afterAll(async () => {
-  await tack?.stop();
-  const bus = await Bus.connect({ url: NATS_URL, namespace, name: "e2e-cleanup" });
-  await removeNamespace(bus.nc, namespace);
-  await bus.close();
-  rmSync(work, { recursive: true, force: true });
-});
+afterAll(() => stack?.stop());
 
 describe("approvals end to end", () => {
   it("e2e - denied in read-only, escalated, allowed once over the API: the file exists on the host", async () => {
@@ -126,8 +78,8 @@ describe("approvals end to end", () => {
 
   it("e2e - the loop is killed while an approval is pending: the decision still completes the turn", async () => {
     const { id, ws } = await escalate("restart");
-    await tack.kill("loop", "SIGKILL");
-    await tack.start("loop");
+    await stack.tack.kill("loop", "SIGKILL");
+    await stack.tack.start("loop");
     const decided = await api(`/v1/sessions/${id}/approvals/call_1_0`, { method: "POST", json: { decision: "allow_once" } });
     expect(decided.status, await decided.clone().text()).toBe(200);
     const done = await logWhen(id, "the turn to end", (e) => e.some((x) => x.type === "turn/end"));

@@ -1,64 +1,24 @@
 // End to end: the session tools (task list, questions, plan mode) and session modes through
 // every service process (the launcher `tack up` uses), the machine's NATS JetStream and real
 // Docker sandboxes, driven over the HTTP API with a scripted model.
-import { chownSync, existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus } from "@tack/bus";
-import { removeNamespace, waitFor } from "@tack/testkit";
-import { launch, type Launched } from "@tack/cli";
 import { SESSION_TOOL_TEXT } from "@tack/loop-service";
+import { ApiStack, type EventJson } from "./support/api-stack.js";
 
-const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
-const namespace = `e2e${randomBytes(4).toString("hex")}`;
-const work = mkdtempSync(join(tmpdir(), "tack-e2e-session-tools-"));
-const stateDir = join(work, "data");
-let tack: Launched;
-
-/** An event as the gateway sends it: the payload sits under its case name (e.g. `toolResult`). */
-type EventJson = { seq: number; type: string } & Record<string, Record<string, unknown> | undefined>;
-
-function workspace(name: string): string {
-  const dir = join(work, name);
-  mkdirSync(dir, { recursive: true });
-  if (process.getuid?.() === 0) chownSync(dir, 1000, 1000);
-  return dir;
-}
-
-/** Writes a scripted model (the llm service reads scripts from its state directory's `scripts/`). */
-function script(name: string, replies: unknown[]): string {
-  mkdirSync(join(stateDir, "scripts"), { recursive: true });
-  const file = join(stateDir, "scripts", `${name}.json`);
-  writeFileSync(file, JSON.stringify({ replies }));
-  return `scripted:${file}`;
-}
-
-async function api(path: string, init: RequestInit & { json?: unknown } = {}): Promise<Response> {
-  const headers: Record<string, string> = { authorization: `Bearer ${tack.apiKey}` };
-  if (init.json !== undefined) headers["content-type"] = "application/json";
-  return fetch(`${tack.gatewayUrl}${path}`, { ...init, headers, body: init.json === undefined ? init.body : JSON.stringify(init.json) });
-}
+let stack: ApiStack;
+const workspace = (name: string) => stack.workspace(name);
+const script = (name: string, replies: unknown[]) => stack.script(name, replies);
+const api = (path: string, init?: RequestInit & { json?: unknown }) => stack.api(path, init);
+const events = (id: string) => stack.events(id);
+const logWhen = (id: string, what: string, done: (e: EventJson[]) => boolean, timeoutMs?: number) => stack.logWhen(id, what, done, timeoutMs);
 
 /** Sends a request and returns its status and JSON body. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- response bodies of many shapes, each checked by the assertions that read them
 async function call(method: string, path: string, json?: unknown): Promise<{ status: number; body: any }> {
   const res = await api(path, { method, json });
   return { status: res.status, body: await res.json() };
-}
-
-async function events(id: string): Promise<EventJson[]> {
-  const text = await (await api(`/v1/sessions/${id}/events?follow=0`)).text();
-  return text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
-}
-
-function logWhen(id: string, what: string, done: (e: EventJson[]) => boolean, timeoutMs = 60_000): Promise<EventJson[]> {
-  return waitFor(`${what} in session ${id}`, async () => {
-    const e = await events(id);
-    if (done(e)) return e;
-    throw new Error(`log so far: ${e.map((x) => x.type).join(", ")}`);
-  }, { timeoutMs });
 }
 
 const count = (type: string, n = 1) => (e: EventJson[]) => e.filter((x) => x.type === type).length >= n;
@@ -74,16 +34,10 @@ async function create(name: string, model: string, extra: Record<string, unknown
 const question = { header: "Runtime", question: "Which runtime?", options: [{ label: "node" }, { label: "deno" }] };
 
 beforeAll(async () => {
-  tack = await launch({ dataDir: stateDir, natsUrl: NATS_URL, namespace, env: { TACK_LEASE_TTL_MS: "2000", TACK_STATE_DIR: stateDir } });
+  stack = await ApiStack.launch("session-tools");
 }, 120_000);
 
-afterAll(async () => {
-  await tack?.stop();
-  const bus = await Bus.connect({ url: NATS_URL, namespace, name: "e2e-cleanup" });
-  await removeNamespace(bus.nc, namespace);
-  await bus.close();
-  rmSync(work, { recursive: true, force: true });
-});
+afterAll(() => stack?.stop());
 
 describe("session tools end to end", () => {
   it("e2e - the task list and a pending question show on the session; the answer posted over the API reaches the model", async () => {
@@ -125,8 +79,8 @@ describe("session tools end to end", () => {
     const { id } = await create("restart", model);
     expect((await call("POST", `/v1/sessions/${id}/messages`, { text: "go" })).status).toBe(202);
     await logWhen(id, "a question to be asked", count("question/asked"));
-    await tack.kill("loop", "SIGKILL");
-    await tack.start("loop");
+    await stack.tack.kill("loop", "SIGKILL");
+    await stack.tack.start("loop");
     const answered = await call("POST", `/v1/sessions/${id}/questions/call_0_0`, { answers: [{ selected: ["node"] }] });
     expect(answered.status, JSON.stringify(answered.body)).toBe(200);
     const done = await logWhen(id, "the turn to end", count("turn/end"));
