@@ -60,7 +60,7 @@ describe("bus permission table", () => {
     expect(subscribers(n.logSubject("t1", "s1"))).toEqual([]);
     // Replies: each service only under its own inbox prefix; no one may read another's.
     for (const user of BUS_USERS.filter((u) => u !== "admin")) {
-      expect(subscribers(`_INBOX.${user}.abc.1`)).toEqual(user === "llm" ? [] : [user]);
+      expect(subscribers(`_INBOX.${user}.abc.1`)).toEqual([user]);
     }
     expect(subscribers("_INBOX.abc.1")).toEqual([]);
     // Micro-service discovery: every service answers the all-services verbs, and only its own name's.
@@ -96,7 +96,9 @@ describe("bus permission table", () => {
     // A tool call may take 660 s (the loop's tool timeout): tools and sandbox reply after it.
     for (const user of ["tools", "sandbox"] as const) expect(minutes(table[user].responses!.expires)).toBeGreaterThan(11);
     expect(table.llm.responses!.max).toBeGreaterThanOrEqual(100_000);
-    expect(table.llm.publish).toEqual([]);
+    // The llm only reads the spill bucket (tool results' images): no subject of another service, no writes.
+    expect(table.llm.publish.every((p) => p === "$JS.API.INFO" || p.includes(`OBJ_${n.spillBucket}`) || p.includes(`$JS.FC.OBJ_${n.spillBucket}`))).toBe(true);
+    expect(table.llm.publish.filter((p) => /PURGE|STREAM\.DELETE|\$O\.|MSG\.DELETE|STREAM\.CREATE|STREAM\.UPDATE/.test(p))).toEqual([]);
   });
 
   it("bus-permissions - the sandbox's replica subjects and placement bucket agree with the sandbox service", () => {
@@ -108,14 +110,16 @@ describe("bus permission table", () => {
     }
   });
 
-  it("bus-permissions - the nats-server authorization has one user per entry, no anonymous user, and denies the llm every publish", () => {
+  it("bus-permissions - the nats-server authorization has one user per entry, no anonymous user, and gives the llm only its reads", () => {
     const passwords = Object.fromEntries(BUS_USERS.map((u) => [u, `pw-${u}`])) as Record<BusUser, string>;
     const config = natsServerAuthorization(ns, passwords);
     expect(JSON.stringify(config)).not.toContain("no_auth_user");
     const users = config.authorization.users as Array<{ user: string; password: string; permissions: Record<string, unknown> }>;
     expect(users.map((u) => [u.user, u.password])).toEqual(BUS_USERS.map((u) => [u, `pw-${u}`]));
     const llm = users.find((u) => u.user === "llm")!.permissions;
-    expect(llm).toEqual({ publish: { deny: [">"] }, subscribe: { allow: ["acme.llm.*", ...microSubjects("llm")] }, allow_responses: { max: 1_000_000, expires: "1h" } });
+    expect(llm).toEqual({
+      publish: { allow: table.llm.publish }, subscribe: { allow: ["acme.llm.*", "_INBOX.llm.>", ...microSubjects("llm")] }, allow_responses: { max: 1_000_000, expires: "1h" },
+    });
     expect(users.find((u) => u.user === "gateway")!.permissions).toHaveProperty("allow_responses", { max: 1, expires: "1m" });
   });
 });

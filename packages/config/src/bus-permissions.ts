@@ -128,9 +128,9 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
       responses: { max: 1_000, expires: "5m" },
     },
     llm: {
-      // Answers only; calls nothing and uses no JetStream, so it needs no inbox either.
-      publish: [],
-      subscribe: [`${ns}.llm.*`, ...microSubjects("llm")],
+      // Answers; calls nothing. Reads the images of tool results from the spill bucket (ImageRef), whose chunks come to its inbox.
+      publish: [jsInfo, ...streamRead(spill)],
+      subscribe: [`${ns}.llm.*`, inbox("llm"), ...microSubjects("llm")],
       // A completion is streamed as one message per delta to the caller's inbox; reasoning
       // models can think for many minutes before the last one.
       responses: { max: 1_000_000, expires: "1h" },

@@ -1,6 +1,7 @@
 import { TackError } from "@tack/bus";
 import { Delta_Kind, Role, type CompleteRequest, type Delta, type ToolCall } from "@tack/proto";
 import { z } from "zod";
+import { IMAGE_MISSING, type LoadedImages } from "./images.js";
 import { errorDetail, malformed, missingKey, rateLimited, streamSse, type SseConsumer } from "./http.js";
 import { toolParameters, type Completion, type Provider, type ProviderEntry } from "./provider.js";
 
@@ -35,14 +36,16 @@ export function anthropicProvider(options: AnthropicOptions): ProviderEntry {
   return {
     form: "anthropic:MODEL",
     create: (model) => (MODEL_NAME.test(model) ? {
-      complete: async (request, onDelta, signal) => {
+      // Every Claude model since Claude 3 views images.
+      takesImages: true,
+      complete: async (request, onDelta, signal, images = new Map()) => {
         const apiKey = requireKey();
         const reply = new MessageStream(model, onDelta);
         await streamSse({
           provider: "Anthropic",
           url: `${options.baseUrl.replace(/\/+$/, "")}/v1/messages`,
           headers: { "x-api-key": apiKey, "anthropic-version": API_VERSION },
-          body: JSON.stringify(anthropicRequestBody(model, request)),
+          body: JSON.stringify(anthropicRequestBody(model, request, images)),
           idleTimeoutMs: options.idleTimeoutMs ?? 120_000,
           baseUrlSetting: "ANTHROPIC_BASE_URL",
           httpError: (response) => httpError(response, model, apiKey),
@@ -62,9 +65,10 @@ type Block = Record<string, unknown>;
  * messages of one role merge into one message. Two cache breakpoints (the end of the
  * system prompt, or of the tools without one, and the end of the history) make every
  * request read the prefix the previous one wrote. Reasoning is not sent back: a thinking
- * block is only accepted with the signature Tack does not keep.
+ * block is only accepted with the signature Tack does not keep. A tool result's images are
+ * base64 image blocks inside its `tool_result`.
  */
-function anthropicRequestBody(model: string, request: CompleteRequest): Record<string, unknown> {
+function anthropicRequestBody(model: string, request: CompleteRequest, images: LoadedImages): Record<string, unknown> {
   const messages: { role: "user" | "assistant"; content: Block[] }[] = [];
   const add = (role: "user" | "assistant", block: Block) => {
     const last = messages.at(-1);
@@ -83,7 +87,16 @@ function anthropicRequestBody(model: string, request: CompleteRequest): Record<s
         for (const call of message.toolCalls) add("assistant", { type: "tool_use", id: call.id, name: call.name, input: toolInput(call) });
         return;
       case Role.ROLE_TOOL:
-        add("user", { type: "tool_result", tool_use_id: message.toolCallId, content: message.content });
+        add("user", { type: "tool_result", tool_use_id: message.toolCallId, content: message.images.length === 0 ? message.content : [
+          // The API refuses an empty text block.
+          ...(message.content === "" ? [] : [{ type: "text", text: message.content }]),
+          ...message.images.map((ref) => {
+            const data = images.get(ref.object);
+            return data
+              ? { type: "image", source: { type: "base64", media_type: ref.mimeType, data: Buffer.from(data).toString("base64") } }
+              : { type: "text", text: IMAGE_MISSING };
+          }),
+        ] });
         return;
       default:
         throw new TackError("llm.invalid_request", `message ${i} has role ${message.role}; every message needs a system, user, assistant or tool role`, {

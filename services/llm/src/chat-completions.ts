@@ -2,6 +2,7 @@ import { TackError } from "@tack/bus";
 import { Delta_Kind, Role, type ChatMessage, type CompleteRequest, type Delta, type ToolCall, type Usage } from "@tack/proto";
 import { z } from "zod";
 import { keyVariable, type KeyedProvider } from "./credentials.js";
+import { CANNOT_VIEW_IMAGES, IMAGE_MISSING, type LoadedImages } from "./images.js";
 import { errorDetail, malformed, missingKey, rateLimited, streamSse, type SseConsumer } from "./http.js";
 import { toolParameters, type Completion, type Provider, type ProviderEntry } from "./provider.js";
 
@@ -13,6 +14,8 @@ export interface ChatCompletionsOptions {
   baseUrl: string;
   /** Fail with `llm.timeout` when the server sends nothing for this long (default 120 s). */
   idleTimeoutMs?: number;
+  /** Which models view images (TACK_IMAGE_MODELS); none when absent. */
+  imageModels?: (model: string) => boolean;
 }
 
 /** What differs between endpoints that speak OpenAI streaming chat completions. */
@@ -47,14 +50,15 @@ export function chatCompletionsProvider(dialect: ChatDialect, options: ChatCompl
   return {
     form: dialect.form,
     create: (model) => (dialect.modelName.test(model) ? {
-      complete: async (request, onDelta, signal) => {
+      takesImages: options.imageModels?.(model) ?? false,
+      complete: async (request, onDelta, signal, images) => {
         const apiKey = requireKey();
         const reply = new ReplyStream(dialect.name, model, onDelta);
         await streamSse({
           provider: dialect.name,
           url: `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`,
           headers: { authorization: `Bearer ${apiKey}` },
-          body: JSON.stringify(chatCompletionsBody(dialect, model, request)),
+          body: JSON.stringify(chatCompletionsBody(dialect, model, request, options.imageModels?.(model) ? images ?? new Map() : undefined)),
           idleTimeoutMs: options.idleTimeoutMs ?? 120_000,
           baseUrlSetting: dialect.baseUrlVariable,
           httpError: (response) => httpError(dialect, response, model, apiKey),
@@ -66,11 +70,34 @@ export function chatCompletionsProvider(dialect: ChatDialect, options: ChatCompl
   };
 }
 
-/** The chat-completions request body for `request`: system prompt first, then the history, then the tools. */
-export function chatCompletionsBody(dialect: Pick<ChatDialect, "echoReasoning" | "maxTokensField">, model: string, request: CompleteRequest): Record<string, unknown> {
+/**
+ * The chat-completions request body for `request`: system prompt first, then the history, then
+ * the tools. A tool message cannot hold an image, so for a model that views images (`images`
+ * given) the images of a step's tool results follow them as one user message of `image_url`
+ * data URIs; any other model reads in the tool result that it cannot view them.
+ */
+export function chatCompletionsBody(
+  dialect: Pick<ChatDialect, "echoReasoning" | "maxTokensField">, model: string, request: CompleteRequest, images?: LoadedImages,
+): Record<string, unknown> {
   const messages: Record<string, unknown>[] = [];
   if (request.systemPrompt !== "") messages.push({ role: "system", content: request.systemPrompt });
-  request.messages.forEach((message, i) => messages.push(wireMessage(dialect, message, i)));
+  let shown: Record<string, unknown>[] = [];
+  const showImages = () => {
+    if (shown.length > 0) messages.push({ role: "user", content: shown });
+    shown = [];
+  };
+  request.messages.forEach((message, i) => {
+    if (message.role !== Role.ROLE_TOOL) showImages();
+    if (message.role !== Role.ROLE_TOOL || message.images.length === 0) return messages.push(wireMessage(dialect, message, i));
+    if (!images) return messages.push(wireMessage(dialect, { ...message, content: `${message.content}${CANNOT_VIEW_IMAGES}` }, i));
+    messages.push(wireMessage(dialect, message, i));
+    for (const ref of message.images) {
+      const data = images.get(ref.object);
+      shown.push({ type: "text", text: `Image from tool call ${message.toolCallId}:${data ? "" : ` ${IMAGE_MISSING}`}` });
+      if (data) shown.push({ type: "image_url", image_url: { url: `data:${ref.mimeType};base64,${Buffer.from(data).toString("base64")}` } });
+    }
+  });
+  showImages();
   const tools = request.tools.map((tool) => ({ type: "function", function: { name: tool.name, description: tool.description, parameters: toolParameters(tool) } }));
   return {
     model,

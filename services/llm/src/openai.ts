@@ -7,7 +7,8 @@ export const OPENAI_BASE_URL = "https://api.openai.com/v1";
 /**
  * The `openai:MODEL` provider: any OpenAI-compatible streaming chat-completions endpoint
  * (OpenAI, vLLM, llama.cpp, Ollama, LiteLLM…). Model names are whatever the endpoint
- * serves, so any name without whitespace is bound.
+ * serves, so any name without whitespace is bound. Which of them view images is
+ * `options.imageModels` (TACK_IMAGE_MODELS).
  */
 export function openaiProvider(options: ChatCompletionsOptions): ProviderEntry {
   return chatCompletionsProvider({

@@ -1,5 +1,6 @@
 import { TackError } from "@tack/bus";
 import type { CompleteDone, CompleteRequest, Delta, ToolSpec } from "@tack/proto";
+import type { LoadedImages } from "./images.js";
 
 /** What a provider returns: the message that ends a reply stream, before the service prices it. */
 export type Completion = Omit<CompleteDone, "costUsd" | "priceWindow">;
@@ -9,8 +10,11 @@ export interface Provider {
   /**
    * Produces the reply to `request`, passing each fragment to `onDelta` as it arrives and
    * resolving with the whole reply; fails with a TackError, `llm.cancelled` once `signal` aborts.
+   * `images` holds the request's images that could be loaded, for a provider that `takesImages`.
    */
-  complete(request: CompleteRequest, onDelta: (delta: Delta) => void, signal: AbortSignal): Promise<Completion>;
+  complete(request: CompleteRequest, onDelta: (delta: Delta) => void, signal: AbortSignal, images?: LoadedImages): Promise<Completion>;
+  /** True when the model views images: the service then loads the request's images (ImageRef) and passes them to `complete`. */
+  readonly takesImages?: boolean;
   /** Fails with a TackError saying how to fix it when the model cannot be used now (missing key, bad script). */
   check(): Promise<void>;
 }

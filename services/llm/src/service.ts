@@ -4,6 +4,7 @@ import { registerMicro } from "@tack/bus";
 import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice, CountTokensRequest, CountTokensResponse, EstimateCostRequest, EstimateCostResponse } from "@tack/proto";
 import { ANTHROPIC_BASE_URL, anthropicProvider } from "./anthropic.js";
 import { loadCredentials } from "./credentials.js";
+import { DEFAULT_IMAGE_MODELS, ImageLoader, imageModels } from "./images.js";
 import { DEEPSEEK_BASE_URL, deepseekProvider } from "./deepseek.js";
 import { OPENAI_BASE_URL, openaiProvider } from "./openai.js";
 import { loadPriceTable, priceFor, type PriceTable } from "./prices.js";
@@ -66,10 +67,14 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
     scripted: scriptedProvider(options.scripts),
     replay: replayProvider(options.scripts),
     deepseek: deepseekProvider({ apiKey: credentials.deepseek?.key, baseUrl: options.deepseekBaseUrl ?? env.DEEPSEEK_BASE_URL ?? DEEPSEEK_BASE_URL }),
-    openai: openaiProvider({ apiKey: credentials.openai?.key, baseUrl: options.openaiBaseUrl ?? env.OPENAI_BASE_URL ?? OPENAI_BASE_URL }),
+    openai: openaiProvider({
+      apiKey: credentials.openai?.key, baseUrl: options.openaiBaseUrl ?? env.OPENAI_BASE_URL ?? OPENAI_BASE_URL,
+      imageModels: imageModels(env.TACK_IMAGE_MODELS ?? DEFAULT_IMAGE_MODELS),
+    }),
     anthropic: anthropicProvider({ apiKey: credentials.anthropic?.key, baseUrl: options.anthropicBaseUrl ?? env.ANTHROPIC_BASE_URL ?? ANTHROPIC_BASE_URL }),
   });
   const bus = await Bus.connect({ url: options.url, namespace: options.namespace, name: "tack-llm", ...options.natsAuth });
+  const images = new ImageLoader(bus.nc, bus.names.spillBucket);
   const inFlight = new Set<Promise<void>>();
   const stopping = new AbortController();
 
@@ -94,7 +99,7 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
     const send = (body: CompleteStreamMessage["body"]) => writer.send({ index: index++, body });
     const run = (async () => {
       try {
-        const done = await completeInSpan({ registry, retry, prices }, request, {
+        const done = await completeInSpan({ registry, retry, prices, images }, request, {
           onDelta: (delta) => send({ $case: "delta", value: delta }),
           onRetry: (notice) => send({ $case: "retry", value: notice }),
         }, stopping.signal);
@@ -128,7 +133,7 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
  * reply finished.
  */
 async function completeInSpan(
-  service: { registry: ProviderRegistry; retry: RetryPolicy; prices: PriceTable },
+  service: { registry: ProviderRegistry; retry: RetryPolicy; prices: PriceTable; images: ImageLoader },
   request: CompleteRequest,
   listener: { onDelta: (delta: Delta) => void; onRetry: (notice: RetryNotice) => void },
   signal: AbortSignal,
@@ -137,10 +142,12 @@ async function completeInSpan(
     const span = trace.getActiveSpan();
     const resolved = service.registry.resolve(request.model);
     span?.setAttribute("llm.provider", resolved.providerName);
+    // Loaded once for all attempts, and only for a model that views them.
+    const images = resolved.provider.takesImages ? await service.images.load(request) : undefined;
     let attempts = 0;
     const done = await withRetries(service.retry, (n) => {
       attempts = n;
-      return resolved.provider.complete(request, listener.onDelta, signal);
+      return resolved.provider.complete(request, listener.onDelta, signal, images);
     }, (notice) => {
       span?.addEvent("llm.retry", { "llm.attempt": notice.attempt, "error.code": notice.code, "llm.retry_delay_ms": notice.delayMs });
       listener.onRetry(notice);

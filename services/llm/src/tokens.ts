@@ -1,6 +1,7 @@
 import { createRequire } from "node:module";
 import type { CompleteRequest } from "@tack/proto";
 import { deepseekRequestBody } from "./deepseek.js";
+import { imageTokens } from "./images.js";
 
 type Tokenizer = { encode(text: string, options?: { add_special_tokens?: boolean }): number[] };
 
@@ -59,11 +60,12 @@ export function countRequestTokens(request: CompleteRequest): number {
   return requestTokenSegments(request).reduce((sum, segment) => sum + segment.length, 0);
 }
 
-/** Tokens of `request` by part: the system prompt, the tool schemas and the conversation. */
+/** Tokens of `request` by part: the system prompt, the tool schemas and the conversation (each image there at `imageTokens`). */
 export function countRequestParts(request: CompleteRequest): { systemPromptTokens: number; toolsTokens: number; conversationTokens: number } {
   const [tools, ...messages] = requestTokenSegments(request);
   const hasSystem = request.systemPrompt !== "";
   const system = hasSystem ? messages[0]!.length : 0;
-  const conversation = messages.slice(hasSystem ? 1 : 0).reduce((sum, segment) => sum + segment.length, 0);
+  const images = request.messages.reduce((sum, m) => sum + m.images.reduce((n, ref) => n + imageTokens(ref), 0), 0);
+  const conversation = messages.slice(hasSystem ? 1 : 0).reduce((sum, segment) => sum + segment.length, images);
   return { systemPromptTokens: system, toolsTokens: tools!.length, conversationTokens: conversation };
 }
