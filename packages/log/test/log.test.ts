@@ -5,7 +5,7 @@ import { Bus } from "@tack/bus";
 import { Event } from "@tack/proto";
 import { AckPublisher, PublishRefused, PublishUnanswered } from "../src/publisher.js";
 import {
-  deriveRequest, draft, ensureLogStream, FORMAT_VERSION, LogConflictError, readAll, readSession, SessionLogWriter, UnknownEventTypeError,
+  deriveRequest, draft, ensureLogStream, FORMAT_VERSION, LogConflictError, readAll, readSession, serializeRequest, SessionLogWriter, UnknownEventTypeError,
 } from "@tack/log";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
@@ -174,5 +174,22 @@ describe("projection", () => {
     expect(r.messages.map((m) => [m.role, m.content, m.toolCallId])).toEqual([
       ["ROLE_USER", "hi", ""], ["ROLE_ASSISTANT", "", ""], ["ROLE_TOOL", "ok", "c1"],
     ]);
+  });
+
+  it("projection - a tool result's image references reach its message, in the serialized request too, and survive pruning", () => {
+    const ev = (seq: number, payload: Event["payload"]) => Event.fromPartial({ seq, payload });
+    const image = { mimeType: "image/png", object: "t.s.c1.image1", bytes: 2048, width: 64, height: 32 };
+    const events = [
+      ev(1, { $case: "requestHeader", value: { reason: "initial", model: "m", systemPrompt: "", tools: [], temperature: 0, maxTokens: 100 } }),
+      ev(2, { $case: "userMessage", value: { text: "look" } }),
+      ev(3, { $case: "assistantMessage", value: { turn: 1, step: 1, content: "", reasoningContent: "", toolCalls: [{ id: "c1", name: "read", arguments: "{}" }], finishReason: "tool_calls" } }),
+      ev(4, { $case: "toolResult", value: { callId: "c1", name: "read", content: `[image: a.png]${"x".repeat(1000)}`, images: [image] } }),
+    ];
+    const before = deriveRequest(events);
+    expect(before.messages.at(-1)!.images).toEqual([image]);
+    expect(serializeRequest(before)).toContain('"object":"t.s.c1.image1"');
+    const pruned = deriveRequest([...events, ev(5, { $case: "contextPruned", value: { upToSeq: 4, headChars: 10, tailChars: 10, resultsPruned: 1, charsSaved: 0 } })]);
+    expect(pruned.messages.at(-1)!.content).not.toBe(before.messages.at(-1)!.content);
+    expect(pruned.messages.at(-1)!.images).toEqual([image]);
   });
 });
