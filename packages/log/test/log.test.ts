@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Bus } from "@tack/bus";
-import { Event } from "@tack/proto";
+import { Event, ToolResult } from "@tack/proto";
 import { AckPublisher, PublishRefused, PublishUnanswered } from "../src/publisher.js";
 import {
   deriveRequest, draft, ensureLogStream, FORMAT_VERSION, LogConflictError, readAll, readSession, serializeRequest, SessionLogWriter, UnknownEventTypeError,
@@ -183,7 +183,7 @@ describe("projection", () => {
       ev(1, { $case: "requestHeader", value: { reason: "initial", model: "m", systemPrompt: "", tools: [], temperature: 0, maxTokens: 100 } }),
       ev(2, { $case: "userMessage", value: { text: "look" } }),
       ev(3, { $case: "assistantMessage", value: { turn: 1, step: 1, content: "", reasoningContent: "", toolCalls: [{ id: "c1", name: "read", arguments: "{}" }], finishReason: "tool_calls" } }),
-      ev(4, { $case: "toolResult", value: { callId: "c1", name: "read", content: `[image: a.png]${"x".repeat(1000)}`, images: [image] } }),
+      ev(4, { $case: "toolResult", value: ToolResult.fromPartial({ callId: "c1", name: "read", content: `[image: a.png]${"x".repeat(1000)}`, images: [image] }) }),
     ];
     const before = deriveRequest(events);
     expect(before.messages.at(-1)!.images).toEqual([image]);
