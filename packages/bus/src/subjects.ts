@@ -12,6 +12,9 @@ export interface Names {
   readonly toolsList: string;
   /** State of web_search's providers (one token under `tools.`, like the others, so the tools user's `<ns>.tools.*` grant covers it). */
   readonly toolsWebHealth: string;
+  /** The MCP bridge: the tools of the configured MCP servers and their state, and calls to them (queue group `mcp`). */
+  readonly mcpList: string;
+  readonly mcpCall: string;
   readonly sandboxEnsure: string;
   readonly sandboxExec: string;
   readonly sandboxRelease: string;
@@ -73,6 +76,8 @@ export function names(namespace = "tack"): Names {
     toolsCall: `${namespace}.tools.call`,
     toolsList: `${namespace}.tools.list`,
     toolsWebHealth: `${namespace}.tools.web_health`,
+    mcpList: `${namespace}.mcp.list`,
+    mcpCall: `${namespace}.mcp.call`,
     sandboxEnsure: `${namespace}.sandbox.ensure`,
     sandboxExec: `${namespace}.sandbox.exec`,
     sandboxRelease: `${namespace}.sandbox.release`,
