@@ -148,7 +148,7 @@ describe("bus credentials", () => {
 
   it("bus-auth - the llm's credentials publish nothing but replies", async () => {
     const llm = await connectAs("llm");
-    // It makes no requests of its own, so it has no reply inbox either: whichever refusal comes first fails the request.
+    // It calls no service (its only requests are reads of the spill bucket's images), so the publish is refused.
     await expect(llm.request(llm.names.sandboxExec, ExecRequest, ExecRequest.fromPartial({ sessionId: "sforged", argv: ["id"] }), ExecResponse))
       .rejects.toMatchObject({ code: "bus.forbidden" });
     provoked.add(`llm Publish ${llm.names.sandboxExec}`).add("llm Subscription _INBOX.llm.*");
