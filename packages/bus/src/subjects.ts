@@ -12,6 +12,10 @@ export interface Names {
   readonly toolsList: string;
   /** State of web_search's providers (one token under `tools.`, like the others, so the tools user's `<ns>.tools.*` grant covers it). */
   readonly toolsWebHealth: string;
+  /** Skills of a workspace (catalog, one skill's body, re-reading a root after a write), served by the skills service (queue group `skills`). */
+  readonly skillsCatalog: string;
+  readonly skillsLoad: string;
+  readonly skillsInvalidate: string;
   /** The MCP bridge: the tools of the configured MCP servers and their state, and calls to them (queue group `mcp`). */
   readonly mcpList: string;
   readonly mcpCall: string;
@@ -76,6 +80,9 @@ export function names(namespace = "tack"): Names {
     toolsCall: `${namespace}.tools.call`,
     toolsList: `${namespace}.tools.list`,
     toolsWebHealth: `${namespace}.tools.web_health`,
+    skillsCatalog: `${namespace}.skills.catalog`,
+    skillsLoad: `${namespace}.skills.load`,
+    skillsInvalidate: `${namespace}.skills.invalidate`,
     mcpList: `${namespace}.mcp.list`,
     mcpCall: `${namespace}.mcp.call`,
     sandboxEnsure: `${namespace}.sandbox.ensure`,

@@ -6,6 +6,7 @@ export { Answers, CreateSessionRequest, CreateSessionResponse, DecideApprovalReq
 export { CallMcpToolRequest, CallMcpToolResponse, ListMcpToolsRequest, ListMcpToolsResponse, McpServerState, McpTool } from "./gen/tack/mcp/v1/mcp.js";
 export { ChatMessage, ImageRef, Role, ToolCall, ToolSpec, Usage, roleFromJSON, roleToJSON, roleToNumber } from "./gen/tack/model/v1/model.js";
 export { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ListProcessesRequest, ListProcessesResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, SandboxProcess } from "./gen/tack/sandbox/v1/sandbox.js";
+export { InvalidateSkillsRequest, InvalidateSkillsResponse, LoadSkillRequest, LoadSkillResponse, SkillCatalogRequest, SkillCatalogResponse, SkillEntry, SkillSource } from "./gen/tack/skills/v1/skills.js";
 export { CallToolRequest, CallToolResponse, DefinedTool, DefinedTools, HopRetry, InnerCall, ListToolsRequest, ListToolsResponse, ToolImage, WebSearchHealthRequest, WebSearchHealthResponse, WebSearchProviderHealth } from "./gen/tack/tools/v1/tools.js";
 export { CreateWorkspaceRequest, CreateWorkspaceResponse, DeleteWorkspaceRequest, DeleteWorkspaceResponse, ExportWorkspaceRequest, ExportWorkspaceResponse } from "./gen/tack/workspace/v1/workspace.js";
 export { Timestamp } from "./gen/google/protobuf/timestamp.js";
