@@ -47,6 +47,8 @@ describe("bus permission table", () => {
     expect(publishers(n.workspaceCreate)).toEqual(["gateway"]);
     expect(publishers(n.toolsCall)).toEqual(["loop"]);
     expect(publishers(n.toolsList)).toEqual(["loop"]);
+    expect(publishers(n.toolsRules)).toEqual(["loop"]);
+    expect(subscribers(n.toolsRules)).toEqual(["tools"]);
     expect(publishers(n.llmComplete)).toEqual(["loop"]);
     expect(publishers(n.llmCount)).toEqual(["gateway"]);
     expect(publishers(n.loopCreate)).toEqual(["gateway"]);

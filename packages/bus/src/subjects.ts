@@ -12,6 +12,8 @@ export interface Names {
   readonly toolsList: string;
   /** State of web_search's providers (one token under `tools.`, like the others, so the tools user's `<ns>.tools.*` grant covers it). */
   readonly toolsWebHealth: string;
+  /** The rules files (AGENTS.md, CLAUDE.md) of workspace folders, read in the session's sandbox for the loop. */
+  readonly toolsRules: string;
   /** Skills of a workspace (catalog, one skill's body, re-reading a root after a write), served by the skills service (queue group `skills`). */
   readonly skillsCatalog: string;
   readonly skillsLoad: string;
@@ -80,6 +82,7 @@ export function names(namespace = "tack"): Names {
     toolsCall: `${namespace}.tools.call`,
     toolsList: `${namespace}.tools.list`,
     toolsWebHealth: `${namespace}.tools.web_health`,
+    toolsRules: `${namespace}.tools.rules`,
     skillsCatalog: `${namespace}.skills.catalog`,
     skillsLoad: `${namespace}.skills.load`,
     skillsInvalidate: `${namespace}.skills.invalidate`,

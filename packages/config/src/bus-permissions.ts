@@ -107,7 +107,7 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         // A queue-group command for a session another replica keeps warm is passed to that owner.
         n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"),
         n.llmComplete, n.llmCheck, n.llmEstimate,
-        n.toolsList, n.toolsCall,
+        n.toolsList, n.toolsCall, n.toolsRules,
         // The sandbox-mode guard lists the processes left from a wider mode; deleting a session releases its containers;
         // a new session's sandbox is started at creation (pre-warm).
         n.sandboxProcesses, n.sandboxRelease, n.sandboxEnsure,

@@ -46,4 +46,6 @@ export const EVENT_CATALOG: readonly EventTypeInfo[] = [
   { type: "tool/inner", payloadCase: "toolInner", modelVisible: false, ignorable: false },
   { type: "session/mode", payloadCase: "sessionMode", modelVisible: false, ignorable: false },
   { type: "tool/defined", payloadCase: "toolDefined", modelVisible: false, ignorable: false },
+  { type: "rules/loaded", payloadCase: "rulesLoaded", modelVisible: true, ignorable: false },
+  { type: "rules/warning", payloadCase: "rulesWarning", modelVisible: false, ignorable: false },
 ];

@@ -65,6 +65,8 @@ export interface Event {
     | { $case: "toolInner"; value: InnerToolCall }
     | { $case: "sessionMode"; value: SessionModeSet }
     | { $case: "toolDefined"; value: ToolDefined }
+    | { $case: "rulesLoaded"; value: RulesLoaded }
+    | { $case: "rulesWarning"; value: RulesWarning }
     | undefined;
 }
 
@@ -548,6 +550,31 @@ export interface SessionModeSet {
   changedBy: string;
 }
 
+/** `rules/loaded` [model-visible] — the project's rules files (AGENTS.md, CLAUDE.md, the operator's) as the model now reads them: the whole list, replacing any earlier one; an empty list retracts them. Logged when the set (labels and hashes) changes. */
+export interface RulesLoaded {
+  /** Operator files first, then the workspace's from the root down; each distinct content once. */
+  files: RulesFile[];
+}
+
+/** One rules file as the model reads it. */
+export interface RulesFile {
+  /** Where it comes from, as the model and a UI see it: `AGENTS.md`, `src/api/CLAUDE.md`, `operator:/etc/tack/AGENTS.md`. */
+  label: string;
+  /** The text, cut to the cap (with a note saying where the whole file is) when `truncated`. */
+  content: string;
+  /** SHA-256 (hex) of the whole file; files with the same hash count once. */
+  sha256: string;
+  truncated: boolean;
+}
+
+/** `rules/warning` [log-only] — a rules file could not be used (unreadable, not text); the session goes on without it. */
+export interface RulesWarning {
+  /** The file, labelled as on `rules/loaded`. */
+  label: string;
+  /** What was wrong and how to fix it. */
+  message: string;
+}
+
 function createBaseEvent(): Event {
   return { seq: 0, time: undefined, type: "", source: "", ignorable: false, surface: undefined, payload: undefined };
 }
@@ -668,6 +695,12 @@ export const Event: MessageFns<Event> = {
         break;
       case "toolDefined":
         ToolDefined.encode(message.payload.value, writer.uint32(330).fork()).join();
+        break;
+      case "rulesLoaded":
+        RulesLoaded.encode(message.payload.value, writer.uint32(402).fork()).join();
+        break;
+      case "rulesWarning":
+        RulesWarning.encode(message.payload.value, writer.uint32(410).fork()).join();
         break;
     }
     return writer;
@@ -990,6 +1023,22 @@ export const Event: MessageFns<Event> = {
             message.payload = { $case: "toolDefined", value: ToolDefined.decode(reader, reader.uint32()) };
             continue;
           }
+          case 50: {
+            if (tag !== 402) {
+              break;
+            }
+
+            message.payload = { $case: "rulesLoaded", value: RulesLoaded.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 51: {
+            if (tag !== 410) {
+              break;
+            }
+
+            message.payload = { $case: "rulesWarning", value: RulesWarning.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1132,6 +1181,14 @@ export const Event: MessageFns<Event> = {
         ? { $case: "toolDefined", value: ToolDefined.fromJSON(object.toolDefined) }
         : isSet(object.tool_defined)
         ? { $case: "toolDefined", value: ToolDefined.fromJSON(object.tool_defined) }
+        : isSet(object.rulesLoaded)
+        ? { $case: "rulesLoaded", value: RulesLoaded.fromJSON(object.rulesLoaded) }
+        : isSet(object.rules_loaded)
+        ? { $case: "rulesLoaded", value: RulesLoaded.fromJSON(object.rules_loaded) }
+        : isSet(object.rulesWarning)
+        ? { $case: "rulesWarning", value: RulesWarning.fromJSON(object.rulesWarning) }
+        : isSet(object.rules_warning)
+        ? { $case: "rulesWarning", value: RulesWarning.fromJSON(object.rules_warning) }
         : undefined,
     };
   },
@@ -1220,6 +1277,10 @@ export const Event: MessageFns<Event> = {
       obj.sessionMode = SessionModeSet.toJSON(message.payload.value);
     } else if (message.payload?.$case === "toolDefined") {
       obj.toolDefined = ToolDefined.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "rulesLoaded") {
+      obj.rulesLoaded = RulesLoaded.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "rulesWarning") {
+      obj.rulesWarning = RulesWarning.toJSON(message.payload.value);
     }
     return obj;
   },
@@ -1427,6 +1488,18 @@ export const Event: MessageFns<Event> = {
       case "toolDefined": {
         if (object.payload?.value !== undefined && object.payload?.value !== null) {
           message.payload = { $case: "toolDefined", value: ToolDefined.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "rulesLoaded": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "rulesLoaded", value: RulesLoaded.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "rulesWarning": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "rulesWarning", value: RulesWarning.fromPartial(object.payload.value) };
         }
         break;
       }
@@ -6300,6 +6373,277 @@ export const SessionModeSet: MessageFns<SessionModeSet> = {
     const message = createBaseSessionModeSet();
     message.mode = object.mode ?? "";
     message.changedBy = object.changedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseRulesLoaded(): RulesLoaded {
+  return { files: [] };
+}
+
+export const RulesLoaded: MessageFns<RulesLoaded> = {
+  encode(message: RulesLoaded, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.files) {
+      RulesFile.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RulesLoaded {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRulesLoaded();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.files.push(RulesFile.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RulesLoaded {
+    return {
+      files: globalThis.Array.isArray(object?.files) ? object.files.map((e: any) => RulesFile.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: RulesLoaded): unknown {
+    const obj: any = {};
+    if (message.files?.length) {
+      obj.files = message.files.map((e) => RulesFile.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RulesLoaded>, I>>(base?: I): RulesLoaded {
+    return RulesLoaded.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RulesLoaded>, I>>(object: I): RulesLoaded {
+    const message = createBaseRulesLoaded();
+    message.files = object.files?.map((e) => RulesFile.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseRulesFile(): RulesFile {
+  return { label: "", content: "", sha256: "", truncated: false };
+}
+
+export const RulesFile: MessageFns<RulesFile> = {
+  encode(message: RulesFile, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.label !== "") {
+      writer.uint32(10).string(message.label);
+    }
+    if (message.content !== "") {
+      writer.uint32(18).string(message.content);
+    }
+    if (message.sha256 !== "") {
+      writer.uint32(26).string(message.sha256);
+    }
+    if (message.truncated !== false) {
+      writer.uint32(32).bool(message.truncated);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RulesFile {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRulesFile();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.truncated = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RulesFile {
+    return {
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+      truncated: isSet(object.truncated) ? globalThis.Boolean(object.truncated) : false,
+    };
+  },
+
+  toJSON(message: RulesFile): unknown {
+    const obj: any = {};
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    if (message.truncated !== false) {
+      obj.truncated = message.truncated;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RulesFile>, I>>(base?: I): RulesFile {
+    return RulesFile.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RulesFile>, I>>(object: I): RulesFile {
+    const message = createBaseRulesFile();
+    message.label = object.label ?? "";
+    message.content = object.content ?? "";
+    message.sha256 = object.sha256 ?? "";
+    message.truncated = object.truncated ?? false;
+    return message;
+  },
+};
+
+function createBaseRulesWarning(): RulesWarning {
+  return { label: "", message: "" };
+}
+
+export const RulesWarning: MessageFns<RulesWarning> = {
+  encode(message: RulesWarning, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.label !== "") {
+      writer.uint32(10).string(message.label);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RulesWarning {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRulesWarning();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RulesWarning {
+    return {
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+    };
+  },
+
+  toJSON(message: RulesWarning): unknown {
+    const obj: any = {};
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RulesWarning>, I>>(base?: I): RulesWarning {
+    return RulesWarning.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RulesWarning>, I>>(object: I): RulesWarning {
+    const message = createBaseRulesWarning();
+    message.label = object.label ?? "";
+    message.message = object.message ?? "";
     return message;
   },
 };

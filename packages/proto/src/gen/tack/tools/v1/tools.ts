@@ -138,6 +138,36 @@ export interface WebSearchProviderHealth {
   checkedAtMs: number;
 }
 
+/** ReadRulesRequest reads the rules files (AGENTS.md, CLAUDE.md) of workspace folders in the session's sandbox (`<ns>.tools.rules`). */
+export interface ReadRulesRequest {
+  sessionId: string;
+  tenant: string;
+  /** Host workspace path of the session (the sandbox mounts it at /workspace). */
+  workspace: string;
+  /** The session's sandbox mode (the container the files are read in). */
+  sandboxMode: string;
+  /** Folders relative to /workspace (`.` is the root) whose AGENTS.md and CLAUDE.md are read. */
+  dirs: string[];
+}
+
+export interface ReadRulesResponse {
+  /** The candidates that exist, in request order (per folder AGENTS.md, then CLAUDE.md). */
+  files: RulesFileRead[];
+}
+
+/** RulesFileRead is one rules file as found in the sandbox. */
+export interface RulesFileRead {
+  /** Relative to /workspace, e.g. `AGENTS.md`, `src/api/CLAUDE.md`. */
+  path: string;
+  /** The first bytes of the file (at most 64 KB); `bytes` is the whole size. */
+  content: Buffer;
+  bytes: number;
+  /** SHA-256 (hex) of the whole file. */
+  sha256: string;
+  /** Set when the file exists but could not be read (e.g. it is a folder, or permission denied); content is then empty. */
+  error: string;
+}
+
 function createBaseListToolsRequest(): ListToolsRequest {
   return { mode: "", defined: undefined };
 }
@@ -1687,6 +1717,349 @@ export const WebSearchProviderHealth: MessageFns<WebSearchProviderHealth> = {
     message.healthy = object.healthy ?? false;
     message.detail = object.detail ?? "";
     message.checkedAtMs = object.checkedAtMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseReadRulesRequest(): ReadRulesRequest {
+  return { sessionId: "", tenant: "", workspace: "", sandboxMode: "", dirs: [] };
+}
+
+export const ReadRulesRequest: MessageFns<ReadRulesRequest> = {
+  encode(message: ReadRulesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.tenant !== "") {
+      writer.uint32(18).string(message.tenant);
+    }
+    if (message.workspace !== "") {
+      writer.uint32(26).string(message.workspace);
+    }
+    if (message.sandboxMode !== "") {
+      writer.uint32(34).string(message.sandboxMode);
+    }
+    for (const v of message.dirs) {
+      writer.uint32(42).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReadRulesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReadRulesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.workspace = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sandboxMode = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.dirs.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReadRulesRequest {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      workspace: isSet(object.workspace) ? globalThis.String(object.workspace) : "",
+      sandboxMode: isSet(object.sandboxMode)
+        ? globalThis.String(object.sandboxMode)
+        : isSet(object.sandbox_mode)
+        ? globalThis.String(object.sandbox_mode)
+        : "",
+      dirs: globalThis.Array.isArray(object?.dirs) ? object.dirs.map((e: any) => globalThis.String(e)) : [],
+    };
+  },
+
+  toJSON(message: ReadRulesRequest): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.workspace !== "") {
+      obj.workspace = message.workspace;
+    }
+    if (message.sandboxMode !== "") {
+      obj.sandboxMode = message.sandboxMode;
+    }
+    if (message.dirs?.length) {
+      obj.dirs = message.dirs;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReadRulesRequest>, I>>(base?: I): ReadRulesRequest {
+    return ReadRulesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReadRulesRequest>, I>>(object: I): ReadRulesRequest {
+    const message = createBaseReadRulesRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.tenant = object.tenant ?? "";
+    message.workspace = object.workspace ?? "";
+    message.sandboxMode = object.sandboxMode ?? "";
+    message.dirs = object.dirs?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseReadRulesResponse(): ReadRulesResponse {
+  return { files: [] };
+}
+
+export const ReadRulesResponse: MessageFns<ReadRulesResponse> = {
+  encode(message: ReadRulesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.files) {
+      RulesFileRead.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReadRulesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReadRulesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.files.push(RulesFileRead.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReadRulesResponse {
+    return {
+      files: globalThis.Array.isArray(object?.files) ? object.files.map((e: any) => RulesFileRead.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ReadRulesResponse): unknown {
+    const obj: any = {};
+    if (message.files?.length) {
+      obj.files = message.files.map((e) => RulesFileRead.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReadRulesResponse>, I>>(base?: I): ReadRulesResponse {
+    return ReadRulesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReadRulesResponse>, I>>(object: I): ReadRulesResponse {
+    const message = createBaseReadRulesResponse();
+    message.files = object.files?.map((e) => RulesFileRead.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseRulesFileRead(): RulesFileRead {
+  return { path: "", content: Buffer.alloc(0), bytes: 0, sha256: "", error: "" };
+}
+
+export const RulesFileRead: MessageFns<RulesFileRead> = {
+  encode(message: RulesFileRead, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.path !== "") {
+      writer.uint32(10).string(message.path);
+    }
+    if (message.content.length !== 0) {
+      writer.uint32(18).bytes(message.content);
+    }
+    if (message.bytes !== 0) {
+      writer.uint32(24).uint64(message.bytes);
+    }
+    if (message.sha256 !== "") {
+      writer.uint32(34).string(message.sha256);
+    }
+    if (message.error !== "") {
+      writer.uint32(42).string(message.error);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RulesFileRead {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRulesFileRead();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.content = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.bytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RulesFileRead {
+    return {
+      path: isSet(object.path) ? globalThis.String(object.path) : "",
+      content: isSet(object.content) ? Buffer.from(bytesFromBase64(object.content)) : Buffer.alloc(0),
+      bytes: isSet(object.bytes) ? globalThis.Number(object.bytes) : 0,
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+    };
+  },
+
+  toJSON(message: RulesFileRead): unknown {
+    const obj: any = {};
+    if (message.path !== "") {
+      obj.path = message.path;
+    }
+    if (message.content.length !== 0) {
+      obj.content = base64FromBytes(message.content);
+    }
+    if (message.bytes !== 0) {
+      obj.bytes = Math.round(message.bytes);
+    }
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RulesFileRead>, I>>(base?: I): RulesFileRead {
+    return RulesFileRead.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RulesFileRead>, I>>(object: I): RulesFileRead {
+    const message = createBaseRulesFileRead();
+    message.path = object.path ?? "";
+    message.content = object.content ?? Buffer.alloc(0);
+    message.bytes = object.bytes ?? 0;
+    message.sha256 = object.sha256 ?? "";
+    message.error = object.error ?? "";
     return message;
   },
 };
