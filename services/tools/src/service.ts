@@ -1,8 +1,9 @@
 import { assertToken, Bus, TackError, type BusAuth } from "@tack/bus";
 import { registerMicro } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
-import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, WebSearchHealthRequest, WebSearchHealthResponse } from "@tack/proto";
+import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, ReadRulesRequest, ReadRulesResponse, WebSearchHealthRequest, WebSearchHealthResponse } from "@tack/proto";
 import { callTool, listTools } from "./registry.js";
+import { readRules } from "./rules.js";
 import { BusSandboxClient, sandboxRetryPolicy } from "./sandbox.js";
 import type { SpillReader } from "./tool.js";
 import { webSearchHealth } from "./web/search.js";
@@ -66,6 +67,7 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
       track(callTool(request, { sandbox, spills, signal: stopping.signal, retry, bus })),
     ),
     bus.serve(bus.names.toolsWebHealth, QUEUE, WebSearchHealthRequest, WebSearchHealthResponse, (request) => webSearchHealth(request)),
+    bus.serve(bus.names.toolsRules, QUEUE, ReadRulesRequest, ReadRulesResponse, (request) => track(readRules(request, sandbox, stopping.signal))),
   ];
   // Discoverable as micro-service tack-tools ($SRV.PING/INFO/STATS) once it serves.
   await registerMicro(bus, { service: "tools", description: "the agent's tools, run in the session's sandbox" });
