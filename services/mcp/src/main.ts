@@ -1,0 +1,23 @@
+// Executable entry of the MCP bridge: `tsx services/mcp/src/main.ts` (env NATS_URL, TACK_NAMESPACE,
+// TACK_MCP_CONFIG = a .mcp.json, claude_desktop_config.json or Codex config.toml; none: no servers).
+import { commonConfig, runMain } from "@tack/config";
+import { initTelemetry } from "@tack/telemetry";
+import { TackError } from "@tack/bus";
+import { loadMcpConfigFile } from "./config.js";
+import { startMcpService } from "./service.js";
+
+const telemetry = initTelemetry({ serviceName: "tack-mcp" });
+await runMain("mcp", async () => {
+  const path = process.env.TACK_MCP_CONFIG;
+  const servers = path ? await loadMcpConfigFile(path) : {};
+  const timeout = process.env.TACK_MCP_CALL_TIMEOUT_MS;
+  if (timeout !== undefined && !(Number(timeout) > 0)) throw new TackError("mcp.invalid_options", `TACK_MCP_CALL_TIMEOUT_MS is ${JSON.stringify(timeout)}; give a positive number of milliseconds`);
+  const service = await startMcpService({
+    natsUrl: process.env.NATS_URL ?? "nats://127.0.0.1:4222",
+    natsAuth: commonConfig().natsAuth,
+    namespace: process.env.TACK_NAMESPACE || undefined,
+    servers,
+    callTimeoutMs: timeout === undefined ? undefined : Number(timeout),
+  });
+  return { stop: async () => { await service.stop(); await telemetry.shutdown(); } };
+});
