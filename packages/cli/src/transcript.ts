@@ -209,6 +209,10 @@ export function summarize(event: Event): string {
       return `${payload.value.mode} by ${payload.value.changedBy}`;
     case "toolDefined":
       return `${payload.value.name} (${payload.value.language}) by ${payload.value.callId}: ${oneLine(payload.value.description, 80)}`;
+    case "rulesLoaded":
+      return payload.value.files.length ? payload.value.files.map((f) => `${f.label}${f.truncated ? " (cut)" : ""}`).join(", ") : "none (retracted)";
+    case "rulesWarning":
+      return `${payload.value.label}: ${oneLine(payload.value.message, 100)}`;
   }
 }
 

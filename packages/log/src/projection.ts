@@ -1,4 +1,4 @@
-import { ChatMessage, Role, Surface_Kind, type Event, type RequestHeader, type ToolSpec } from "@tack/proto";
+import { ChatMessage, Role, Surface_Kind, type Event, type RequestHeader, type RulesFile, type ToolSpec } from "@tack/proto";
 
 /** The model request as derived from a log: header plus model-visible messages. */
 export interface ModelRequest {
@@ -52,6 +52,8 @@ export class Projection {
         return this.#surface(event, ChatMessage.fromPartial({
           role: Role.ROLE_TOOL, content: p.value.content, toolCallId: p.value.callId, images: p.value.images,
         }));
+      case "rulesLoaded":
+        return this.#surface(event, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: rulesText(p.value.files) }));
       case "contextPruned": {
         const { upToSeq, headChars, tailChars } = p.value;
         this.#visible = this.#visible.map((v) => (prunable(v, upToSeq, headChars, tailChars)
@@ -140,6 +142,17 @@ function isHighSurrogate(code: number): boolean {
 
 function isLowSurrogate(code: number): boolean {
   return code >= 0xdc00 && code <= 0xdfff;
+}
+
+/**
+ * What the model reads for a `rules/loaded`: one line saying what the blocks are, then each file
+ * in a `<rules source="...">` block. A pure function of the files, so an unchanged set re-logged
+ * (after a summary swallowed it) reads the same.
+ */
+export function rulesText(files: readonly RulesFile[]): string {
+  if (files.length === 0) return "The project's rules files no longer apply: disregard the instructions of the earlier rules message.";
+  const blocks = files.map((f) => `<rules source="${f.label.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;")}">\n${f.content.replace(/\n$/, "")}\n</rules>`);
+  return ["These are the project's instructions from its rules files (AGENTS.md, CLAUDE.md); follow them. They replace any rules given earlier in this conversation.", ...blocks].join("\n\n");
 }
 
 /** Derives the model request from a complete list of events, from scratch. */

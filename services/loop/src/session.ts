@@ -15,6 +15,7 @@ import {
 import { Compactor, type CompactionSettings } from "./compaction.js";
 import { dispatchTool, limiter } from "./dispatch.js";
 import { callModel } from "./model-call.js";
+import { RulesTracker } from "./rules.js";
 import { assertNoWiderProcesses, assertSandboxMode, assertToolsMode } from "./mode.js";
 import {
   checkAnswers, definedToolsOf, pendingPlans, pendingQuestions, planModeOf, planModeRefusal, runSessionTool, sessionModeOf, type SessionToolDeps,
@@ -100,6 +101,7 @@ export class SessionRuntime {
   readonly #questions: PendingWaits<QuestionAnswered>;
   readonly #plans: PendingWaits<PlanDecided>;
   readonly #compactor: Compactor;
+  readonly #rules = new RulesTracker();
 
   private constructor(deps: SessionDeps, tenant: string, sessionId: string, writer: SessionLogWriter, lease: Lease) {
     this.#deps = deps;
@@ -472,6 +474,11 @@ export class SessionRuntime {
       projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
       callModel: (request) => this.#callModel(turn, step, request, false),
     });
+    // After compaction, so rules a summary took out of the model's view are logged again before this request.
+    await this.#rules.check({
+      bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, events: this.events, projection: this.projection,
+      append: (...drafts) => this.append(...drafts), log: this.#deps.log,
+    }, turn);
     const request = this.#verifiedRequest();
     await this.#deps.budgets.check({
       tenant: this.tenant, model: request.model, sessionBudget: this.meta!.budgetUsd, sessionSpent: sessionSpend(this.events),

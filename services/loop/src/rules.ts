@@ -1,0 +1,229 @@
+// Rules files (AGENTS.md, CLAUDE.md): read in the session's sandbox, logged as `rules/loaded` when they change.
+import { createHash } from "node:crypto";
+import { open } from "node:fs/promises";
+import { posix } from "node:path";
+import { TackError, type Bus } from "@tack/bus";
+import { draft, type Draft, type Projection } from "@tack/log";
+import { ReadRulesRequest, ReadRulesResponse, Surface_Kind, type Event, type RulesFile } from "@tack/proto";
+import type { Logger } from "@tack/telemetry";
+import { sandboxModeOf } from "./approvals.js";
+
+/** Each file reaches the model cut to this many bytes (a note says where the whole file is). */
+export const RULES_CAP_BYTES = 16 * 1024;
+/** Folders whose rules files one check reads at most (the tools service takes 64 per request). */
+const MAX_DIRS = 64;
+const WORKSPACE = "/workspace";
+const SOURCE = "loop";
+/** Arguments of a tool call that name a file or folder in the workspace (read/write/edit/glob/grep/lsp `path`, bash `workdir`). */
+const PATH_ARGUMENTS = ["path", "workdir"] as const;
+
+/** One rules file as found, before dedupe and cap: its head, whole size and whole-file hash, or why it could not be read. */
+export interface RulesSource {
+  /** What the model and a UI see: `AGENTS.md`, `src/api/CLAUDE.md`, `operator:/etc/tack/AGENTS.md`. */
+  readonly label: string;
+  /** Where the whole file is, for the note on a cut one. */
+  readonly where: string;
+  readonly head: Uint8Array;
+  readonly bytes: number;
+  readonly sha256: string;
+  /** Set when the file exists but could not be read. */
+  readonly error: string;
+}
+
+/** Files for `rules/loaded` and the warnings about the ones left out. */
+export interface BuiltRules {
+  readonly files: RulesFile[];
+  readonly warnings: { label: string; message: string }[];
+}
+
+/**
+ * The rules the model reads from `sources` (in order): unreadable or binary files become
+ * warnings; a content seen before counts once (the first label stays); each is cut to `capBytes`
+ * at a character boundary, with a note saying where the whole file is.
+ */
+export function buildRules(sources: readonly RulesSource[], capBytes = RULES_CAP_BYTES): BuiltRules {
+  const files: RulesFile[] = [];
+  const warnings: { label: string; message: string }[] = [];
+  const seen = new Set<string>();
+  for (const s of sources) {
+    if (s.error) {
+      warnings.push({ label: s.label, message: `rules file ${s.where} ${s.error}; it was left out (fix or remove it)` });
+      continue;
+    }
+    if (seen.has(s.sha256)) continue;
+    const text = textHead(s.head, Math.min(capBytes, s.head.length), s.bytes > s.head.length);
+    if (text === undefined) {
+      warnings.push({ label: s.label, message: `rules file ${s.where} is not UTF-8 text (binary?); it was left out (rules files must be text)` });
+      continue;
+    }
+    // An empty file says nothing; it is not worth a block.
+    if (text.trim() === "") continue;
+    seen.add(s.sha256);
+    const truncated = s.bytes > Buffer.byteLength(text);
+    const content = truncated
+      ? `${text}\n\n[... cut at ${Buffer.byteLength(text)} of ${s.bytes} bytes; the whole file is ${s.where} ...]`
+      : text;
+    files.push({ label: s.label, content, sha256: s.sha256, truncated });
+  }
+  return { files, warnings };
+}
+
+/**
+ * The first `end` bytes of `head` as text, ending on a whole character when more follows
+ * (`more`, or bytes of `head` past `end`); undefined for a NUL byte or bytes that are not UTF-8.
+ */
+function textHead(head: Uint8Array, end: number, more: boolean): string | undefined {
+  const cut = more || end < head.length;
+  for (let back = 0; back <= (cut ? 3 : 0) && back <= end; back++) {
+    const bytes = head.subarray(0, end - back);
+    if (bytes.includes(0)) return undefined;
+    try {
+      return strictUtf8.decode(bytes);
+    } catch {
+      // a character split at the cut: try a byte shorter
+    }
+  }
+  return undefined;
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/** True when both lists name the same files with the same contents, in the same order. */
+export function sameRules(a: readonly RulesFile[], b: readonly RulesFile[]): boolean {
+  return a.length === b.length && a.every((f, i) => f.label === b[i]!.label && f.sha256 === b[i]!.sha256);
+}
+
+/**
+ * The workspace folders whose rules files apply: the root, and every folder on the way to a path
+ * a tool call of the log named (its own folder included: a glob path or bash workdir is one).
+ * Root first, then by depth and name; at most 64.
+ */
+export function touchedDirs(events: readonly Event[]): string[] {
+  const dirs = new Set<string>(["."]);
+  const add = (args: string) => {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(args);
+    } catch {
+      return;
+    }
+    if (!parsed || typeof parsed !== "object") return;
+    for (const key of PATH_ARGUMENTS) {
+      const value = (parsed as Record<string, unknown>)[key];
+      if (typeof value !== "string" || value.includes("\0")) continue;
+      const absolute = posix.resolve(WORKSPACE, value);
+      if (!absolute.startsWith(`${WORKSPACE}/`)) continue;
+      for (let dir = posix.relative(WORKSPACE, absolute); dir !== "." && dir !== ""; dir = posix.dirname(dir)) dirs.add(dir);
+    }
+  };
+  for (const e of events) {
+    const p = e.payload;
+    if (p?.$case === "assistantMessage") for (const call of p.value.toolCalls) add(call.arguments);
+    else if (p?.$case === "toolInner") add(p.value.arguments);
+  }
+  const depth = (d: string) => (d === "." ? 0 : d.split("/").length);
+  return [...dirs].sort((a, b) => depth(a) - depth(b) || (a < b ? -1 : a > b ? 1 : 0)).slice(0, MAX_DIRS);
+}
+
+/** The last `rules/loaded` of the log and its seq. */
+export function lastRules(events: readonly Event[]): { seq: number; files: RulesFile[] } | undefined {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const p = events[i]!.payload;
+    if (p?.$case === "rulesLoaded") return { seq: events[i]!.seq, files: p.value.files };
+  }
+  return undefined;
+}
+
+/** The operator's rules files: TACK_RULES_FILES, colon-separated host paths (read at every check, so a change is seen). */
+export function operatorRulesPaths(env: NodeJS.ProcessEnv = process.env): string[] {
+  return (env.TACK_RULES_FILES ?? "").split(":").filter((p) => p !== "");
+}
+
+/** An operator rules file read on this host: its head, size and whole-file hash, or why it could not be read. */
+async function readOperatorFile(path: string, headBytes: number): Promise<RulesSource> {
+  const label = `operator:${path}`;
+  const where = `the operator's file ${path} (on the loop's host, not in the sandbox)`;
+  try {
+    const file = await open(path, "r");
+    try {
+      const hash = createHash("sha256");
+      let head = Buffer.alloc(0);
+      let bytes = 0;
+      for await (const chunk of file.createReadStream({ autoClose: false }) as AsyncIterable<Buffer>) {
+        hash.update(chunk);
+        if (head.length < headBytes) head = Buffer.concat([head, chunk.subarray(0, headBytes - head.length)]);
+        bytes += chunk.length;
+      }
+      return { label, where, head, bytes, sha256: hash.digest("hex"), error: "" };
+    } finally {
+      await file.close();
+    }
+  } catch (error) {
+    const why = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+    return { label, where: path, head: new Uint8Array(), bytes: 0, sha256: "", error: `could not be read (${why}); fix the path in TACK_RULES_FILES` };
+  }
+}
+
+/** What a rules check needs from its session. */
+export interface RulesHost {
+  readonly bus: Bus;
+  readonly sessionId: string;
+  readonly tenant: string;
+  readonly workspace: string;
+  readonly events: readonly Event[];
+  readonly projection: Projection;
+  readonly append: (...drafts: Draft[]) => Promise<Event[]>;
+  readonly log: Logger;
+}
+
+/**
+ * Keeps the model's rules in step with the files: reads them at the first step of each turn and
+ * when a tool call has touched a folder not read yet, and logs `rules/loaded` when the set (labels
+ * and hashes) differs from the last one logged, or when a summary has taken the last one out of
+ * the model's view. A failed read logs nothing and is tried again at the next step.
+ */
+export class RulesTracker {
+  #turn = 0;
+  #dirs = new Set<string>();
+
+  async check(host: RulesHost, turn: number): Promise<void> {
+    const dirs = touchedDirs(host.events);
+    const last = lastRules(host.events);
+    let files = last?.files ?? [];
+    if (turn !== this.#turn || dirs.some((d) => !this.#dirs.has(d))) {
+      let built: BuiltRules;
+      try {
+        built = buildRules(await this.#read(host, dirs));
+      } catch (error) {
+        host.log.warn("rules files not read; trying again at the next step", { session: host.sessionId, error: (error as Error).message });
+        return;
+      }
+      this.#turn = turn;
+      this.#dirs = new Set(dirs);
+      const warned = new Set(host.events.flatMap((e) => (e.payload?.$case === "rulesWarning" ? [`${e.payload.value.label}\n${e.payload.value.message}`] : [])));
+      const warnings = built.warnings.filter((w) => !warned.has(`${w.label}\n${w.message}`));
+      if (warnings.length > 0) await host.append(...warnings.map((w) => draft("rulesWarning", w, SOURCE)));
+      files = built.files;
+    }
+    const changed = last ? !sameRules(last.files, files) : files.length > 0;
+    // A summary replaced the range that held them: the model would no longer see them.
+    const dropped = !changed && last !== undefined && files.length > 0 && !host.projection.entries().some((e) => e.seq === last.seq);
+    if (changed || dropped) {
+      await host.append(draft("rulesLoaded", { files }, SOURCE, { kind: Surface_Kind.KIND_APPEND, replaceFromSeq: 0, replaceToSeq: 0, sourceSeqs: [], origin: "rules" }));
+    }
+  }
+
+  async #read(host: RulesHost, dirs: string[]): Promise<RulesSource[]> {
+    const operator = await Promise.all(operatorRulesPaths().map((p) => readOperatorFile(p, RULES_CAP_BYTES + 4)));
+    const { bus } = host;
+    const response = await bus.request(bus.names.toolsRules, ReadRulesRequest, {
+      sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: sandboxModeOf(host.events), dirs,
+    }, ReadRulesResponse, { timeoutMs: 60_000 }).catch((error: unknown) => {
+      throw TackError.from(error, "loop.rules_unreadable");
+    });
+    const workspace = response.files.map((f): RulesSource => ({
+      label: f.path, where: `${WORKSPACE}/${f.path}`, head: f.content, bytes: Number(f.bytes), sha256: f.sha256, error: f.error,
+    }));
+    return [...operator, ...workspace];
+  }
+}
