@@ -18,7 +18,7 @@ const open: Skills[] = [];
 
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), "tack-skills-"));
-  [ws, home, operator, runtime, bundled] = ["ws", "home", "operator", "runtime", "bundled"].map((d) => join(dir, d));
+  [ws, home, operator, runtime, bundled] = ["ws", "home", "operator", "runtime", "bundled"].map((d) => join(dir, d)) as [string, string, string, string, string];
   for (const d of [ws, home, operator, runtime, bundled]) await mkdir(d);
 });
 
