@@ -191,8 +191,13 @@ export class McpBridge {
       throw new TackError("mcp.unavailable", `MCP server "${c.name}" is ${c.state}${c.error ? ` (${c.error})` : ""}; try again once it is ready`, { retryable: c.state !== "failed" });
     }
     const timeoutMs = options.timeoutMs ?? c.config.timeout_ms ?? this.#callTimeoutMs;
+    // The SDK never removes its listener from a request's signal: give it one per call, not the caller's long-lived one.
+    const own = new AbortController();
+    const abort = () => own.abort(options.signal?.reason);
+    if (options.signal?.aborted) abort();
+    options.signal?.addEventListener("abort", abort, { once: true });
     try {
-      const result = await c.client.callTool({ name: tool.tool, arguments: args as Record<string, unknown> }, undefined, { timeout: timeoutMs, signal: options.signal });
+      const result = await c.client.callTool({ name: tool.tool, arguments: args as Record<string, unknown> }, undefined, { timeout: timeoutMs, signal: own.signal });
       const content = renderContent(result as { content?: McpContentBlock[]; structuredContent?: unknown });
       return done(content, result.isError === true, result);
     } catch (error) {
@@ -200,6 +205,8 @@ export class McpBridge {
         ? `${tool.tool} on MCP server "${c.name}" did not answer within ${timeoutMs} ms; it may still be running there`
         : `${tool.tool} on MCP server "${c.name}" failed: ${(error as Error).message}`;
       return done(message, true, { error: message, code: error instanceof McpError ? error.code : undefined });
+    } finally {
+      options.signal?.removeEventListener("abort", abort);
     }
   }
 
