@@ -66,7 +66,12 @@ describe("bus permission table", () => {
     }
     expect(subscribers("_INBOX.abc.1")).toEqual([]);
     // Micro-service discovery: every service answers the all-services verbs, and only its own name's.
-    for (const verb of ["PING", "INFO", "STATS"]) expect(subscribers(`$SRV.${verb}`)).toEqual(["gateway", "loop", "llm", "tools", "sandbox"]);
+    for (const verb of ["PING", "INFO", "STATS"]) expect(subscribers(`$SRV.${verb}`)).toEqual(["gateway", "loop", "llm", "tools", "sandbox", "mcp"]);
+    expect(subscribers("$SRV.INFO.tack-mcp")).toEqual(["mcp"]);
+    // The MCP bridge only answers: mcp.list and mcp.call are its own, and it publishes nothing.
+    expect(subscribers(n.mcpCall)).toEqual(["mcp"]);
+    expect(subscribers(n.mcpList)).toEqual(["mcp"]);
+    expect(table.mcp.publish).toEqual([]);
     expect(subscribers("$SRV.PING.tack-loop")).toEqual(["loop"]);
     expect(subscribers("$SRV.STATS.tack-sandbox.ABC123")).toEqual(["sandbox"]);
     expect(publishers("$SRV.PING")).toEqual([]);

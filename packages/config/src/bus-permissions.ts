@@ -7,7 +7,7 @@
 import { inboxPrefix, microSubjects, names } from "@tack/bus";
 
 /** Every NATS user of a deployment: one per service, plus `admin` for the operator and the launcher's start-up probes. */
-export const BUS_USERS = ["gateway", "loop", "llm", "tools", "sandbox", "admin"] as const;
+export const BUS_USERS = ["gateway", "loop", "llm", "tools", "sandbox", "mcp", "admin"] as const;
 
 /** One NATS user of a deployment. */
 export type BusUser = (typeof BUS_USERS)[number];
@@ -160,6 +160,13 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
       subscribe: [`${ns}.sandbox.>`, inbox("sandbox"), ...microSubjects("sandbox")],
       // Exec runs a command for up to 600 s, sending a heartbeat every second meanwhile; a
       // forwarded request answers after the replica does.
+      responses: { max: 10_000, expires: "15m" },
+    },
+    mcp: {
+      // Answers; calls nothing on the bus (its MCP servers are child processes or HTTP endpoints).
+      publish: [],
+      subscribe: [`${ns}.mcp.*`, inbox("mcp"), ...microSubjects("mcp")],
+      // A call waits for its MCP server up to the call timeout (60 s by default, configurable), with heartbeats meanwhile.
       responses: { max: 10_000, expires: "15m" },
     },
     // The operator's identity: `tack up`'s start-up probes, the `nats` CLI, test cleanup.

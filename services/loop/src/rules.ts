@@ -16,6 +16,8 @@ const WORKSPACE = "/workspace";
 const SOURCE = "loop";
 /** Arguments of a tool call that name a file or folder in the workspace (read/write/edit/glob/grep/lsp `path`, bash `workdir`). */
 const PATH_ARGUMENTS = ["path", "workdir"] as const;
+/** Tools whose `path` is always a file: only the folders above it count (a glob or grep path, a workdir, may be a folder itself). */
+const FILE_TOOLS = new Set(["read", "write", "edit", "lsp", "editor"]);
 
 /** One rules file as found, before dedupe and cap: its head, whole size and whole-file hash, or why it could not be read. */
 export interface RulesSource {
@@ -95,12 +97,12 @@ export function sameRules(a: readonly RulesFile[], b: readonly RulesFile[]): boo
 
 /**
  * The workspace folders whose rules files apply: the root, and every folder on the way to a path
- * a tool call of the log named (its own folder included: a glob path or bash workdir is one).
+ * a tool call of the log named (the path itself too unless the tool takes only files).
  * Root first, then by depth and name; at most 64.
  */
 export function touchedDirs(events: readonly Event[]): string[] {
   const dirs = new Set<string>(["."]);
-  const add = (args: string) => {
+  const add = (tool: string, args: string) => {
     let parsed: unknown;
     try {
       parsed = JSON.parse(args);
@@ -113,13 +115,15 @@ export function touchedDirs(events: readonly Event[]): string[] {
       if (typeof value !== "string" || value.includes("\0")) continue;
       const absolute = posix.resolve(WORKSPACE, value);
       if (!absolute.startsWith(`${WORKSPACE}/`)) continue;
-      for (let dir = posix.relative(WORKSPACE, absolute); dir !== "." && dir !== ""; dir = posix.dirname(dir)) dirs.add(dir);
+      const named = posix.relative(WORKSPACE, absolute);
+      const first = key === "path" && FILE_TOOLS.has(tool) ? posix.dirname(named) : named;
+      for (let dir = first; dir !== "." && dir !== ""; dir = posix.dirname(dir)) dirs.add(dir);
     }
   };
   for (const e of events) {
     const p = e.payload;
-    if (p?.$case === "assistantMessage") for (const call of p.value.toolCalls) add(call.arguments);
-    else if (p?.$case === "toolInner") add(p.value.arguments);
+    if (p?.$case === "assistantMessage") for (const call of p.value.toolCalls) add(call.name, call.arguments);
+    else if (p?.$case === "toolInner") add(p.value.name, p.value.arguments);
   }
   const depth = (d: string) => (d === "." ? 0 : d.split("/").length);
   return [...dirs].sort((a, b) => depth(a) - depth(b) || (a < b ? -1 : a > b ? 1 : 0)).slice(0, MAX_DIRS);
@@ -180,7 +184,7 @@ export interface RulesHost {
  * Keeps the model's rules in step with the files: reads them at the first step of each turn and
  * when a tool call has touched a folder not read yet, and logs `rules/loaded` when the set (labels
  * and hashes) differs from the last one logged, or when a summary has taken the last one out of
- * the model's view. A failed read logs nothing and is tried again at the next step.
+ * the model's view. A failed read logs nothing (the last rules logged stay) and is tried again at the next turn.
  */
 export class RulesTracker {
   #turn = 0;
@@ -191,15 +195,16 @@ export class RulesTracker {
     const last = lastRules(host.events);
     let files = last?.files ?? [];
     if (turn !== this.#turn || dirs.some((d) => !this.#dirs.has(d))) {
+      // Set before the read: a failed one is tried again at the next turn or new folder, not at every step.
+      this.#turn = turn;
+      this.#dirs = new Set(dirs);
       let built: BuiltRules;
       try {
         built = buildRules(await this.#read(host, dirs));
       } catch (error) {
-        host.log.warn("rules files not read; trying again at the next step", { session: host.sessionId, error: (error as Error).message });
+        host.log.warn("rules files not read; the last ones logged stay, trying again at the next turn", { session: host.sessionId, error: (error as Error).message });
         return;
       }
-      this.#turn = turn;
-      this.#dirs = new Set(dirs);
       const warned = new Set(host.events.flatMap((e) => (e.payload?.$case === "rulesWarning" ? [`${e.payload.value.label}\n${e.payload.value.message}`] : [])));
       const warnings = built.warnings.filter((w) => !warned.has(`${w.label}\n${w.message}`));
       if (warnings.length > 0) await host.append(...warnings.map((w) => draft("rulesWarning", w, SOURCE)));

@@ -77,7 +77,8 @@ describe("rules: dedupe, cap, labels", () => {
       call("bash", { command: "cat /workspace/secret/x" }),
       Event.fromPartial({ seq: 2, payload: { $case: "toolInner", value: { name: "read", arguments: '{"path":"lib/x.js"}' } } }),
       Event.fromPartial({ seq: 3, payload: { $case: "assistantMessage", value: { toolCalls: [{ id: "b", name: "read", arguments: "{not json" }] } } }),
-    ])).toEqual([".", "docs", "lib", "pkg", "src", "docs/a.md", "lib/x.js", "src/api", "src/api/handler.ts"]);
+      call("grep", { pattern: "x", path: "test/unit" }),
+    ])).toEqual([".", "docs", "lib", "pkg", "src", "test", "src/api", "test/unit"]);
   });
 
   it("operatorRulesPaths - TACK_RULES_FILES is colon-separated and optional", () => {
