@@ -66,7 +66,7 @@ describe("bus permission table", () => {
     }
     expect(subscribers("_INBOX.abc.1")).toEqual([]);
     // Micro-service discovery: every service answers the all-services verbs, and only its own name's.
-    for (const verb of ["PING", "INFO", "STATS"]) expect(subscribers(`$SRV.${verb}`)).toEqual(["gateway", "loop", "llm", "tools", "sandbox", "mcp"]);
+    for (const verb of ["PING", "INFO", "STATS"]) expect(subscribers(`$SRV.${verb}`)).toEqual(["gateway", "loop", "llm", "tools", "sandbox", "skills", "mcp"]);
     expect(subscribers("$SRV.INFO.tack-mcp")).toEqual(["mcp"]);
     // The MCP bridge only answers: mcp.list and mcp.call are its own, and it publishes nothing.
     expect(subscribers(n.mcpCall)).toEqual(["mcp"]);

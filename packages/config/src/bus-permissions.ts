@@ -7,7 +7,7 @@
 import { inboxPrefix, microSubjects, names } from "@tack/bus";
 
 /** Every NATS user of a deployment: one per service, plus `admin` for the operator and the launcher's start-up probes. */
-export const BUS_USERS = ["gateway", "loop", "llm", "tools", "sandbox", "mcp", "admin"] as const;
+export const BUS_USERS = ["gateway", "loop", "llm", "tools", "sandbox", "skills", "mcp", "admin"] as const;
 
 /** One NATS user of a deployment. */
 export type BusUser = (typeof BUS_USERS)[number];
@@ -108,6 +108,8 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"),
         n.llmComplete, n.llmCheck, n.llmEstimate,
         n.toolsList, n.toolsCall, n.toolsRules,
+        // The skill catalog, a skill's body, and re-reading a skills root after a write or edit there.
+        n.skillsCatalog, n.skillsLoad, n.skillsInvalidate,
         // The sandbox-mode guard lists the processes left from a wider mode; deleting a session releases its containers;
         // a new session's sandbox is started at creation (pre-warm).
         n.sandboxProcesses, n.sandboxRelease, n.sandboxEnsure,
@@ -161,6 +163,13 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
       // Exec runs a command for up to 600 s, sending a heartbeat every second meanwhile; a
       // forwarded request answers after the replica does.
       responses: { max: 10_000, expires: "15m" },
+    },
+    skills: {
+      // Answers; calls nothing: the skills are files on its host, not on the bus.
+      publish: [],
+      subscribe: [`${ns}.skills.*`, inbox("skills"), ...microSubjects("skills")],
+      // Each request reads a few small files: one reply, and a heartbeat a second when the caller asks.
+      responses: { max: 100, expires: "1m" },
     },
     mcp: {
       // Answers; calls nothing on the bus (its MCP servers are child processes or HTTP endpoints).
