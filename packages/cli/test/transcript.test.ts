@@ -124,7 +124,7 @@ describe("gateway stream", () => {
     expect(decoded.event).toEqual(run[7]);
     expect(decoded.json).toEqual(flat);
     const nested = decodeEvent(JSON.stringify({ seq: 3, type: "tool/result", payload: { toolResult: { callId: "c", name: "bash", content: "x", isError: true } } }));
-    expect(nested.event.payload).toEqual({ $case: "toolResult", value: { callId: "c", name: "bash", content: "x", isError: true, durationMs: 0, synthesized: false, spillObject: "", fullBytes: 0 } });
+    expect(nested.event.payload).toEqual({ $case: "toolResult", value: { callId: "c", name: "bash", content: "x", isError: true, durationMs: 0, synthesized: false, spillObject: "", fullBytes: 0, images: [] } });
     expect(() => decodeEvent(JSON.stringify({ error: { code: "log.unavailable", message: "NATS is down" } }))).toThrow(expect.objectContaining({ code: "log.unavailable", message: "NATS is down" }));
     expect(() => decodeEvent("nope")).toThrow(expect.objectContaining({ code: "cli.bad_event" }));
   });

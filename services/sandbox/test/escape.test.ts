@@ -401,7 +401,8 @@ python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
   });
 
   it("abuse - an exec agent killed from outside ends the session's commands cleanly, and ensure brings the sandbox back", async () => {
-    const running = [h.exec("victim", ["sleep", "30"]), h.exec("victim", ["sleep", "31"])];
+    // Caught from the start: the agent_lost answers can arrive before docker's kill call returns.
+    const running = [rejection(h.exec("victim", ["sleep", "30"])), rejection(h.exec("victim", ["sleep", "31"]))];
     await waitFor("both commands to run", async () => {
       const commands = (await h.processes("victim")).processes.map((p) => p.command);
       return commands.includes("sleep 30") && commands.includes("sleep 31");
@@ -409,7 +410,7 @@ python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
     // Commands cannot kill it (see above), so the host does: SIGKILL to PID 1 stops the container.
     const [victim] = await h.containerIds("victim");
     await docker.getContainer(victim!).kill();
-    for (const error of await Promise.all(running.map((command) => rejection(command)))) {
+    for (const error of await Promise.all(running)) {
       expect(error.code).toBe("sandbox.agent_lost");
       expect(error.message).toContain("the command's result is lost");
     }
