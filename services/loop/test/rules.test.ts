@@ -11,7 +11,7 @@ import {
   Event, ListToolsRequest, ListToolsResponse, ReadRulesRequest, ReadRulesResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type RulesFile, type ToolCall,
 } from "@tack/proto";
 import { listTools } from "@tack/tools-service";
-import { startLoopService, type LoopService } from "@tack/loop-service";
+import { startLoopService, SUMMARY_INSTRUCTION, type LoopOptions, type LoopService } from "@tack/loop-service";
 import { readRules } from "../../tools/src/rules.js";
 import { LocalSandboxClient } from "../../tools/test/support/local-sandbox.js";
 
@@ -35,8 +35,14 @@ beforeAll(async () => {
   await ensureLogStream(bus.nc, bus.names);
   serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
     requests.push(req);
+    if (req.messages.at(-1)?.content === SUMMARY_INSTRUCTION) {
+      w.send({ index: 0, body: { $case: "done", value: { content: "SUMMARY", reasoningContent: "", toolCalls: [], finishReason: "stop", usage: undefined, model: "scripted", costUsd: 0, priceWindow: "" } } });
+      return;
+    }
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
-    const toolCalls: ToolCall[] = (replies[n] ?? []).map((c, i) => ({ id: `call_${n}_${i}`, name: c.name, arguments: JSON.stringify(c.args) }));
+    // After a summary the model has what it needs: it ends the turn.
+    const summarized = req.messages.some((m) => m.content.endsWith("SUMMARY"));
+    const toolCalls: ToolCall[] = (summarized ? [] : replies[n] ?? []).map((c, i) => ({ id: `call_${n}_${i}`, name: c.name, arguments: JSON.stringify(c.args) }));
     w.send({ index: 0, body: { $case: "done", value: {
       content: toolCalls.length ? "" : "done", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop",
       usage: undefined, model: "scripted", costUsd: 0, priceWindow: "",
@@ -68,7 +74,7 @@ afterAll(async () => {
 });
 
 /** A workspace holding `files` (relative path → content), a loop, and a session on it. */
-async function session(files: Record<string, string | Buffer>): Promise<{ id: string; workspace: string; write: (path: string, content: string | Buffer) => void }> {
+async function session(files: Record<string, string | Buffer>, options: Partial<LoopOptions> = {}): Promise<{ id: string; workspace: string; write: (path: string, content: string | Buffer) => void }> {
   const workspace = mkdtempSync(join(tmpdir(), "tack-rules-"));
   workspaces.push(workspace);
   const write = (path: string, content: string | Buffer) => {
@@ -76,7 +82,7 @@ async function session(files: Record<string, string | Buffer>): Promise<{ id: st
     writeFileSync(join(workspace, path), content);
   };
   for (const [path, content] of Object.entries(files)) write(path, content);
-  loops.push(await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs: 1_000, prewarmSandbox: false }));
+  loops.push(await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs: 1_000, prewarmSandbox: false, ...options }));
   const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
     tenant: "local", model: "scripted:test", workspace, sandboxMode: "workspace-write",
   }), CreateSessionResponse);
@@ -154,6 +160,21 @@ describe("rules files", () => {
     expect(second.at(-1)!.content).toBe(`${HEADING}\n\n${block("AGENTS.md", "root")}\n\n${block("src/api/CLAUDE.md", "api rules")}`);
     expect(rulesReads.at(-1)!.dirs).toEqual([".", "src", "src/api"]);
     expectPrefixStable(requests);
+  });
+
+  it("rules - a summary that replaced the rules message is followed by the same rules again, so the model keeps them", async () => {
+    const text = `${"Keep every line under 100 characters. ".repeat(200)}end`;
+    const { id } = await session({ "AGENTS.md": text, "x.txt": "x" }, { contextWindowTokens: 8_000, pruneAt: 0.6, summarizeAt: 0.6 });
+    replies = [[{ name: "read", args: { path: "x.txt" } }], []];
+    await submit(id);
+    const events = await turnsEnded(id, 1);
+    const summary = events.find((e) => e.surface?.origin === "compaction:summary")!;
+    const rules = loaded(events);
+    expect(rules.map((e) => e.seq > summary.seq)).toEqual([false, true]);
+    expect(rules[1]!.payload.value).toEqual(rules[0]!.payload.value);
+    const last = requests.at(-1)!;
+    expect(last.messages.map((m) => m.role)).toEqual([Role.ROLE_USER, Role.ROLE_USER]);
+    expect(last.messages[1]!.content).toBe(`${HEADING}\n\n${block("AGENTS.md", text)}`);
   });
 
   it("rules - a binary rules file is one rules/warning naming it (not repeated at the next turn), and the session goes on", async () => {
