@@ -160,6 +160,22 @@ describe("discovery", () => {
   });
 });
 
+describe("bundled", () => {
+  it("the bundled skills load without warnings, below every other root", async () => {
+    await put(join(homeRoot("tack"), "other.md"), md("description: not bundled"));
+    const skills = new Skills({ home, operatorRoots: [] });
+    open.push(skills);
+    const catalog = await skills.catalog(ws);
+    expect(catalog.warnings).toEqual([]);
+    expect(catalog.entries.find((e) => e.name === "write-skill")).toMatchObject({ source: { root: "bundled" }, modelInvocable: true, userInvocable: true });
+    expect((await skills.load(ws, "write-skill", "model")).body).toMatch(/^# Writing a skill/);
+    // A workspace skill of the same name hides it.
+    await put(join(wsRoot("tack"), "write-skill.md"), md("description: the project's own"));
+    await skills.invalidate(join(wsRoot("tack"), "write-skill.md"));
+    expect((await skills.catalog(ws)).entries.find((e) => e.name === "write-skill")!.source.root).toBe("workspace:.tack/skills");
+  });
+});
+
 describe("catalog digest", () => {
   it("is stable across calls and registries and changes when a description changes", async () => {
     const file = await put(join(wsRoot("tack"), "a.md"), md("description: first"));
