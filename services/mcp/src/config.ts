@@ -105,8 +105,11 @@ function fromCodex(document: Record<string, unknown>, source: string): Record<st
       out[name] = raw;
       continue;
     }
-    const { enabled, http_headers, tool_timeout_sec, startup_timeout_sec: _startup, startup_timeout_ms: _startupMs, bearer_token_env_var: _bearer, env_vars: _envVars, ...rest } = raw as Record<string, unknown>;
+    const { enabled, http_headers, tool_timeout_sec, ...rest } = raw as Record<string, unknown>;
     if (enabled === false) continue;
+    // No equivalent here: start-up timeouts are ours, and passing the parent's variables by name
+    // (env_vars, bearer_token_env_var) is what the scrubbed environment refuses.
+    for (const key of ["startup_timeout_sec", "startup_timeout_ms", "bearer_token_env_var", "env_vars"]) delete rest[key];
     const server: Record<string, unknown> = { ...rest };
     if (http_headers !== undefined) server.headers = http_headers;
     if (tool_timeout_sec !== undefined) {
