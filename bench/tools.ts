@@ -8,6 +8,7 @@ import { listTools } from "@tack/tools-service";
 import type { ToolContext } from "../services/tools/src/tool.js";
 import { createWebFetch } from "../services/tools/src/web/fetch.js";
 import { percentile, round, say } from "./lib.js";
+import { benchMcp } from "./mcp.js";
 import { benchRunCode, firstRequestTokens } from "./run-code.js";
 
 const FETCHES = 60;
@@ -56,7 +57,7 @@ async function benchWebFetch(): Promise<Record<string, unknown>> {
 
 /** The `tools` part of `make bench`. */
 export async function benchTools(): Promise<Record<string, unknown>> {
-  say("tools: first request per mode, run_code inner-call overhead, web_fetch");
+  say("tools: first request per mode, run_code inner-call overhead, web_fetch, an MCP call through the bridge");
   const modes = ["standard", "code", "minimal", "creator"];
   const byMode: Record<string, number> = {};
   for (const mode of modes) {
@@ -73,6 +74,8 @@ export async function benchTools(): Promise<Record<string, unknown>> {
     // Its own first-request keys repeat first_request_tokens_by_mode (and the definition key would overwrite the context part's).
     ...omit(await benchRunCode(), /^first_request_tokens/),
     ...await benchWebFetch(),
+    // The MCP bridge on its own (issue 10: not yet wired into the loop's tool list).
+    ...await benchMcp(),
   };
 }
 
