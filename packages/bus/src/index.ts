@@ -1,7 +1,7 @@
 // The bus: typed protobuf request/reply over NATS, subjects and trace propagation.
 export { ALIVE_HEADER, Bus, DEFAULT_SILENCE_MS, ERROR_HEADER, HEARTBEAT_HEADER, HEARTBEAT_MS, heartbeat, inboxPrefix, MAX_BUS_PAYLOAD, type BusAuth, type BusCredentials, type BusOptions, type BusTls, type Codec, type RequestContext } from "./bus.js";
 export { TackError } from "./errors.js";
-export { assertToken, names, type Names } from "./subjects.js";
+export { assertToken, names, serviceNamespace, type Names } from "./subjects.js";
 export { extractTrace, injectTrace, inSpan } from "./trace.js";
 export { requestStream, serveStream, type StreamWriter } from "./stream.js";
 export { retryAfterMs, retryDelay, retrying, retryPolicy, type RetryNote, type RetryOptions, type RetryPolicy } from "./retry.js";

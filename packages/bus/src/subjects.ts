@@ -1,3 +1,5 @@
+import { TackError } from "./errors.js";
+
 /**
  * Every subject, stream and bucket name of one Tack deployment, derived from its namespace.
  * Tests use a unique namespace so that they never meet another run's services on a shared NATS.
@@ -67,6 +69,22 @@ export function assertToken(kind: string, value: string): void {
   if (!TOKEN.test(value) || value.length > 64) {
     throw new Error(`invalid ${kind} ${JSON.stringify(value)}: use 1-64 lowercase letters, digits, '_' or '-'`);
   }
+}
+
+/**
+ * The namespace a service starts in (default `tack`), after checking what every service checks
+ * first: a NATS URL is given and the namespace is a valid token. Failures are TackError
+ * `<service>.invalid_options` saying what to set.
+ */
+export function serviceNamespace(service: string, options: { readonly natsUrl: string; readonly namespace?: string }): string {
+  const namespace = options.namespace ?? "tack";
+  if (!options.natsUrl) throw new TackError(`${service}.invalid_options`, "natsUrl is empty; set NATS_URL, e.g. nats://127.0.0.1:4222");
+  try {
+    assertToken("namespace", namespace);
+  } catch (error) {
+    throw new TackError(`${service}.invalid_options`, (error as Error).message, { cause: error });
+  }
+  return namespace;
 }
 
 /** Derives all names from a namespace (default `tack`). */

@@ -1,4 +1,4 @@
-import { assertToken, Bus, registerMicro, TackError, type BusAuth } from "@tack/bus";
+import { Bus, registerMicro, serviceNamespace, type BusAuth } from "@tack/bus";
 import { CallMcpToolRequest, CallMcpToolResponse, ListMcpToolsRequest, ListMcpToolsResponse } from "@tack/proto";
 import { McpBridge, type BackoffOptions } from "./bridge.js";
 import type { McpServerConfig } from "./config.js";
@@ -36,13 +36,7 @@ const QUEUE = "mcp";
  * and `mcp.call` in queue group `mcp`. Servers that fail to start are listed with their error.
  */
 export async function startMcpService(options: McpServiceOptions): Promise<McpService> {
-  const namespace = options.namespace ?? "tack";
-  if (!options.natsUrl) throw new TackError("mcp.invalid_options", "natsUrl is empty; set NATS_URL, e.g. nats://127.0.0.1:4222");
-  try {
-    assertToken("namespace", namespace);
-  } catch (error) {
-    throw new TackError("mcp.invalid_options", (error as Error).message, { cause: error });
-  }
+  const namespace = serviceNamespace("mcp", options);
   const bus = await Bus.connect({ url: options.natsUrl, namespace, name: "tack-mcp", ...options.natsAuth });
   let bridge: McpBridge;
   try {

@@ -1,4 +1,4 @@
-import { assertToken, Bus, registerMicro, TackError, type BusAuth } from "@tack/bus";
+import { Bus, registerMicro, serviceNamespace, type BusAuth } from "@tack/bus";
 import { InvalidateSkillsRequest, InvalidateSkillsResponse, LoadSkillRequest, LoadSkillResponse, SkillCatalogRequest, SkillCatalogResponse } from "@tack/proto";
 import { Skills, type Invoker, type SkillsOptions } from "./skills.js";
 
@@ -29,13 +29,7 @@ const QUEUE = "skills";
  * (next to the sandbox service).
  */
 export async function startSkillsService(options: SkillsServiceOptions): Promise<SkillsService> {
-  const namespace = options.namespace ?? "tack";
-  if (!options.natsUrl) throw new TackError("skills.invalid_options", "natsUrl is empty; set NATS_URL, e.g. nats://127.0.0.1:4222");
-  try {
-    assertToken("namespace", namespace);
-  } catch (error) {
-    throw new TackError("skills.invalid_options", (error as Error).message, { cause: error });
-  }
+  const namespace = serviceNamespace("skills", options);
   const skills = new Skills(options);
   let bus: Bus;
   try {

@@ -1,4 +1,4 @@
-import { assertToken, Bus, TackError, type BusAuth } from "@tack/bus";
+import { Bus, serviceNamespace, type BusAuth } from "@tack/bus";
 import { registerMicro } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
 import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, ReadRulesRequest, ReadRulesResponse, WebSearchHealthRequest, WebSearchHealthResponse } from "@tack/proto";
@@ -35,13 +35,7 @@ const QUEUE = "tools";
  * `read` of a spilled result goes to the spill bucket in the object store.
  */
 export async function startToolsService(options: ToolsServiceOptions): Promise<ToolsService> {
-  const namespace = options.namespace ?? "tack";
-  if (!options.natsUrl) throw new TackError("tools.invalid_options", "natsUrl is empty; set NATS_URL, e.g. nats://127.0.0.1:4222");
-  try {
-    assertToken("namespace", namespace);
-  } catch (error) {
-    throw new TackError("tools.invalid_options", (error as Error).message, { cause: error });
-  }
+  const namespace = serviceNamespace("tools", options);
   const bus = await Bus.connect({ url: options.natsUrl, namespace, name: "tack-tools", ...options.natsAuth });
   const sandbox = new BusSandboxClient(bus);
   const retry = sandboxRetryPolicy(options.retryWindowMs);
