@@ -31,11 +31,11 @@ const readManifest = () => JSON.parse(readFileSync(manifestFile(), "utf8")) as B
 
 describe("build", () => {
   it("build - bundles the CLI and every service into the outdir and says what it built", () => {
-    for (const output of ["cli/main.js", ...["gateway", "llm", "loop", "sandbox", "tools"].map((s) => `services/${s}/main.js`)]) {
+    for (const output of ["cli/main.js", ...["gateway", "llm", "loop", "mcp", "sandbox", "skills", "tools"].map((s) => `services/${s}/main.js`)]) {
       expect(buildOutput).toContain(`${relative(repoRoot, outdir)}/${output}`);
       expect(readFileSync(join(outdir, output), "utf8")).toContain("// Built by scripts/build.mjs");
     }
-    expect(buildOutput).toMatch(/build: 6 of 6 bundles built in \d+\.\d\d s/);
+    expect(buildOutput).toMatch(/build: 8 of 8 bundles built in \d+\.\d\d s/);
     const manifest = readManifest();
     expect(manifest.entries["services/tools"]!.inputs).toHaveProperty("services/tools/src/main.ts");
     // The workspace packages are bundled in; npm packages are not.
@@ -53,7 +53,7 @@ describe("build", () => {
   it("build - a second build keeps what is up to date", async () => {
     const { stdout } = await run(process.execPath, [join(repoRoot, "scripts", "build.mjs"), "--outdir", outdir], { cwd: repoRoot });
     expect(stdout).toMatch(/services\/tools\/main\.js\s+up to date/);
-    expect(stdout).toMatch(/build: 0 of 6 bundles built/);
+    expect(stdout).toMatch(/build: 0 of 8 bundles built/);
   });
 
   it("build - an unknown argument is refused with the usage", async () => {
