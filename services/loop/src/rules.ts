@@ -189,22 +189,35 @@ export interface RulesHost {
 export class RulesTracker {
   #turn = 0;
   #dirs = new Set<string>();
+  /** A read started by `prefetch` that `check` has not used yet (settled, never rejecting). */
+  #pending: Promise<{ sources: RulesSource[] } | { error: Error }> | undefined;
+
+  /**
+   * Starts the read the next `check` needs, if it needs one, so that it runs while the step does
+   * its other work (header, compaction): the exec in the sandbox is most of a rules check's time.
+   */
+  prefetch(host: RulesHost, turn: number): void {
+    const dirs = touchedDirs(host.events);
+    if (turn === this.#turn && !dirs.some((d) => !this.#dirs.has(d))) return;
+    // Set before the read: a failed one is tried again at the next turn or new folder, not at every step.
+    this.#turn = turn;
+    this.#dirs = new Set(dirs);
+    this.#pending = this.#read(host, dirs).then((sources) => ({ sources }), (error: unknown) => ({ error: error as Error }));
+  }
 
   async check(host: RulesHost, turn: number): Promise<void> {
-    const dirs = touchedDirs(host.events);
+    this.prefetch(host, turn);
+    const pending = this.#pending;
+    this.#pending = undefined;
     const last = lastRules(host.events);
     let files = last?.files ?? [];
-    if (turn !== this.#turn || dirs.some((d) => !this.#dirs.has(d))) {
-      // Set before the read: a failed one is tried again at the next turn or new folder, not at every step.
-      this.#turn = turn;
-      this.#dirs = new Set(dirs);
-      let built: BuiltRules;
-      try {
-        built = buildRules(await this.#read(host, dirs));
-      } catch (error) {
-        host.log.warn("rules files not read; the last ones logged stay, trying again at the next turn", { session: host.sessionId, error: (error as Error).message });
+    if (pending) {
+      const read = await pending;
+      if ("error" in read) {
+        host.log.warn("rules files not read; the last ones logged stay, trying again at the next turn", { session: host.sessionId, error: read.error.message });
         return;
       }
+      const built = buildRules(read.sources);
       const warned = new Set(host.events.flatMap((e) => (e.payload?.$case === "rulesWarning" ? [`${e.payload.value.label}\n${e.payload.value.message}`] : [])));
       const warnings = built.warnings.filter((w) => !warned.has(`${w.label}\n${w.message}`));
       if (warnings.length > 0) await host.append(...warnings.map((w) => draft("rulesWarning", w, SOURCE)));

@@ -15,7 +15,7 @@ import {
 import { Compactor, type CompactionSettings } from "./compaction.js";
 import { dispatchTool, limiter } from "./dispatch.js";
 import { callModel } from "./model-call.js";
-import { RulesTracker } from "./rules.js";
+import { RulesTracker, type RulesHost } from "./rules.js";
 import { assertNoWiderProcesses, assertSandboxMode, assertToolsMode } from "./mode.js";
 import {
   checkAnswers, definedToolsOf, pendingPlans, pendingQuestions, planModeOf, planModeRefusal, runSessionTool, sessionModeOf, type SessionToolDeps,
@@ -468,6 +468,8 @@ export class SessionRuntime {
   async #step(turn: number, step: number): Promise<boolean> {
     // Not waited for: it pipelines behind the previous step's end, and every append is acked before the request is built.
     this.#appendLater(draft("stepStart", { turn, step }, SOURCE));
+    // The rules read (an exec in the sandbox) runs while the header and compaction are done.
+    this.#rules.prefetch(this.#rulesHost(), turn);
     await this.#logHeaderIfChanged(turn, step);
     await this.#writer.flush();
     if (!NO_COMPACTION.has(sessionModeOf(this.events))) await this.#compactor.beforeRequest({
@@ -475,10 +477,7 @@ export class SessionRuntime {
       callModel: (request) => this.#callModel(turn, step, request, false),
     });
     // After compaction, so rules a summary took out of the model's view are logged again before this request.
-    await this.#rules.check({
-      bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, events: this.events, projection: this.projection,
-      append: (...drafts) => this.append(...drafts), log: this.#deps.log,
-    }, turn);
+    await this.#rules.check(this.#rulesHost(), turn);
     const request = this.#verifiedRequest();
     await this.#deps.budgets.check({
       tenant: this.tenant, model: request.model, sessionBudget: this.meta!.budgetUsd, sessionSpent: sessionSpend(this.events),
@@ -501,6 +500,13 @@ export class SessionRuntime {
     // The next step's start pipelines behind it; `flush` before the next request (or the turn's end) surfaces any failure.
     this.#appendLater(draft("stepEnd", { turn, step, toolCalls: done.toolCalls.length }, SOURCE));
     return true;
+  }
+
+  #rulesHost(): RulesHost {
+    return {
+      bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, events: this.events, projection: this.projection,
+      append: (...drafts) => this.append(...drafts), log: this.#deps.log,
+    };
   }
 
   /** The tools of `mode`, asked of the tools service once per runtime; retried (as `tool/retry` events without a call id) while no worker answers. */
