@@ -129,7 +129,7 @@ describe("JetStream cluster", () => {
     }, { timeoutMs: 40_000, intervalMs: 200 });
 
     // A new leader among the survivors holds the log.
-    const after = await jsm.streams.info(LOG_STREAM, { subjects_filter: bus.names.logSubject("local", sessionId) });
+    const after = await waitFor("the log stream's info from the survivors", () => jsm.streams.info(LOG_STREAM, { subjects_filter: bus.names.logSubject("local", sessionId) }), { timeoutMs: 30_000 });
     expect(after.cluster!.leader).not.toBe(leader);
     expect(after.config.num_replicas).toBe(3);
 
@@ -159,7 +159,9 @@ describe("JetStream cluster", () => {
 
     // The buckets the loop created have the configured replicas too: leases, tenant spend (budget_usd is set), spilled results.
     for (const stream of [`KV_${bus.names.leaseBucket}`, `KV_${bus.names.spendBucket}`, `OBJ_${bus.names.spillBucket}`]) {
-      expect([stream, (await jsm.streams.info(stream)).config.num_replicas]).toEqual([stream, 3]);
+      // Asked again while it times out: with a node gone, nats-server 2.9 can leave a JetStream API request unanswered (CI saw it).
+      const replicas = await waitFor(`${stream}'s stream info`, async () => (await jsm.streams.info(stream)).config.num_replicas, { timeoutMs: 30_000 });
+      expect([stream, replicas]).toEqual([stream, 3]);
     }
 
     // The killed node comes back and catches up: every replica of the log is current again.
