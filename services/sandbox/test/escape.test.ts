@@ -227,10 +227,10 @@ python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
     const [script, renamed, binary] = started.stdout.trim().split("\n").map(Number) as [number, number, number];
     const pids = [script, renamed, binary];
     expect(pids.every(Number.isInteger)).toBe(true);
-    // Until each has executed (its command line is the shell's before that).
+    // Until each has executed (its command line is the shell's before that, and `[agent.py]`, its name alone, while the new one is not readable yet).
     const listed = await waitFor("the three impostors to have executed", async () => {
       const now = (await h.processes("rw", "workspace-write")).processes;
-      if (now.filter((p) => pids.includes(p.pid) && /agent\.py/.test(p.command)).length === 3) return now;
+      if (now.filter((p) => pids.includes(p.pid) && /agent\.py/.test(p.command) && !p.command.startsWith("[")).length === 3) return now;
       throw new Error(`listed: ${JSON.stringify(now.filter((p) => pids.includes(p.pid)))}`);
     }, { timeoutMs: 5_000 });
     expect(listed.filter((p) => pids.includes(p.pid)).map(({ pid, ppid, command }) => ({ pid, ppid, command }))).toEqual([
