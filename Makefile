@@ -13,14 +13,19 @@ $(NODE_MODULES): package.json package-lock.json
 
 deps: $(NODE_MODULES) ## install npm dependencies
 
-build: deps ## bundle the CLI and every service into dist/ (esbuild; only what changed; TACK_DEV=1 runs the sources)
+build: deps ## bundle the CLI and every service into dist/ (esbuild; only what changed; TACK_DEV=1 runs the sources) and the web UI into packages/web/dist (vite)
 	@node scripts/build.mjs
+	@node packages/web/build.mjs
 
 docker: ## make sure a Docker engine runs (installs docker.io + runsc from Debian when root)
 	@scripts/ensure-docker.sh
 
 sandbox-image: docker ## build the sandbox image locally (debootstrap + docker import)
 	@scripts/build-sandbox-image.sh
+
+.PHONY: images
+images: build docker ## build the services, NATS, PostgreSQL and sandbox images locally (no registry), tagged <version>-<git hash>
+	@node scripts/build-images.mjs
 
 up: build sandbox-image ## run Tack locally (NATS, every service, gateway URL); a demo session runs when no API key is set
 	@node packages/cli/bin/tack.js up --demo
@@ -40,8 +45,10 @@ lint: deps ## type-check and lint
 	@npx tsc -p tsconfig.json --noEmit
 	@npx eslint .
 
-gen: deps ## regenerate TypeScript and docs/events.md from proto/
+gen: deps ## regenerate TypeScript, the gateway's contract module and docs/events.md from proto/, docs/errors.md from the error catalogue, and deploy/k8s's NATS users from the bus permissions
 	@node scripts/gen.mjs
+	@node scripts/gen-errors.mjs
+	@npx tsx deploy/k8s/render-nats-auth.ts
 
 bench: build sandbox-image ## run the benchmark; writes bench/results/latest.json
 	@TACK_CONFIG=bench/operator.yaml npx tsx bench/run.ts

@@ -3,7 +3,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "packages/proto/src/gen/**", ".tack/**", "bench/results/**", "dist/**"] },
+  { ignores: ["**/node_modules/**", "packages/proto/src/gen/**", ".tack/**", "bench/results/**", "dist/**", "packages/web/dist/**", "test-results/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -8,7 +8,10 @@
 //   launcher `tack up` uses — a new session's first step, `tack run` start-up, a message to a long session;
 // - load (bench/load.ts): 100 sessions at once, with each service's peak memory;
 // - death (bench/recovery.ts): the tools worker killed during a call;
-// - tools (bench/tools.ts): every session mode's first request, run_code's inner-call overhead, web_fetch.
+// - tools (bench/tools.ts): every session mode's first request, run_code's inner-call overhead, web_fetch;
+// - images (bench/images.ts): each image's size and each service's container start-up in the compose deploy.
+// - ui (bench/ui.ts): the web UI's first paint of a 200-event session in Chromium.
+// - gateway (bench/gateway.ts): requests per second of GET a session (keep-alive, wrk), 1,000 SSE followers of one session.
 // TACK_BENCH_ONLY=services,load (say) runs only those parts and prints them without writing latest.json.
 import { execFileSync } from "node:child_process";
 import { chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -24,6 +27,8 @@ import { startLlmService } from "@tack/llm-service";
 import { startToolsService } from "@tack/tools-service";
 import { startSandboxService } from "@tack/sandbox-service";
 import { benchContext } from "./context.js";
+import { benchImages } from "./images.js";
+import { benchGateway } from "./gateway.js";
 import { benchFirstStep, benchLongSession } from "./latency.js";
 import { percentile, round, say } from "./lib.js";
 import { benchLoad } from "./load.js";
@@ -32,6 +37,7 @@ import { benchSandbox } from "./sandbox.js";
 import { Stack } from "./stack.js";
 import { benchStartup, FakeModel } from "./startup.js";
 import { benchTools } from "./tools.js";
+import { benchUi } from "./ui.js";
 
 const STEPS = Number(process.env.TACK_BENCH_STEPS ?? 200);
 const APPENDS = Number(process.env.TACK_BENCH_APPENDS ?? 2_000);
@@ -68,7 +74,7 @@ async function waitForTurns(bus: Bus, sessionId: string, turns: number, total: n
 }
 
 /** The parts `TACK_BENCH_ONLY` can name, in the order they run. */
-const PARTS = ["core", "context", "tools", "sandbox", "services", "load", "death"] as const;
+const PARTS = ["core", "context", "tools", "sandbox", "services", "load", "death", "images", "ui", "gateway"] as const;
 type Part = (typeof PARTS)[number];
 
 /** The core numbers (and, sharing its services, the context numbers): in-process services, one long scripted session. */
@@ -203,6 +209,9 @@ async function main(): Promise<void> {
   await run("services", benchServices);
   await run("load", () => benchLoad({ natsUrl }));
   await run("death", () => benchToolWorkerDeath({ natsUrl }));
+  await run("images", benchImages);
+  await run("ui", () => benchUi({ natsUrl }));
+  await run("gateway", () => benchGateway({ natsUrl }));
 
   let commit = "unknown";
   try { commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: root }).toString().trim(); } catch { /* not a checkout */ }

@@ -4,7 +4,7 @@
 #
 # Two gVisor runtimes: `runsc` (--network=none) for the networkless sandbox modes, and
 # `runsc-net` for the networked one, which joins the sandbox service's egress-guarded network
-# (services/sandbox/src/egress.ts). A running engine that lacks `runsc-net` gets it added to
+# (services/sandbox/src/backends/docker-egress.ts). A running engine that lacks `runsc-net` gets it added to
 # /etc/docker/daemon.json and is reloaded with SIGHUP, which re-reads the runtimes without
 # touching running containers.
 set -euo pipefail

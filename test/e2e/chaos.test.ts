@@ -19,6 +19,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
+import { createParser, type EventSourceMessage } from "eventsource-parser";
 import { Bus } from "@tack/bus";
 import { launch, type Launched, type ServiceName } from "@tack/cli";
 import { readAll } from "@tack/log";
@@ -184,16 +185,13 @@ async function follow(id: string, signal: AbortSignal): Promise<Followed> {
       const last = seen.seqs.at(-1);
       const response = await api(`/v1/sessions/${id}/events?follow=1`, { headers: last === undefined ? {} : { "last-event-id": String(last) }, signal });
       if (response.status !== 200) throw new Error(`events answered ${response.status}`);
-      let buffer = "";
+      const messages: EventSourceMessage[] = [];
+      const parser = createParser({ onEvent: (message) => messages.push(message) });
       const decoder = new TextDecoder();
       for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-        buffer += decoder.decode(chunk, { stream: true });
-        for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
-          const frame = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const type = /^event: (.*)$/m.exec(frame)?.[1];
-          const seq = /^id: (\d+)$/m.exec(frame)?.[1];
-          if (type === "error") seen.errors.push(/^data: (.*)$/m.exec(frame)?.[1] ?? "");
+        parser.feed(decoder.decode(chunk, { stream: true }));
+        for (const { event: type, id: seq, data } of messages.splice(0)) {
+          if (type === "error") seen.errors.push(data);
           if (seq === undefined || type === undefined) continue;
           seen.seqs.push(Number(seq));
           seen.types.push(type);
@@ -390,7 +388,12 @@ describe("chaos", () => {
     try {
       // Every session is created and its turn started while nothing is broken yet.
       await inBatches(runs, 8, async (run) => {
-        const created = await api("/v1/sessions", { method: "POST", json: { workspace: run.workspace, model: "scripted:chaos.json", title: `chaos ${run.index}` } });
+        // A 503 says "retry shortly" (a service did not answer in time, as on a loaded machine): a client retries it.
+        let created = await api("/v1/sessions", { method: "POST", json: { workspace: run.workspace, model: "scripted:chaos.json", title: `chaos ${run.index}` } });
+        for (let attempt = 1; created.status === 503 && attempt < 5; attempt++) {
+          await new Promise((resolve) => setTimeout(resolve, 1_000 * attempt));
+          created = await api("/v1/sessions", { method: "POST", json: { workspace: run.workspace, model: "scripted:chaos.json", title: `chaos ${run.index}` } });
+        }
         expect(created.status, await created.clone().text()).toBe(201);
         run.id = ((await created.json()) as { id: string }).id;
         const posted = await api(`/v1/sessions/${run.id}/messages`, { method: "POST", json: { text: `run all ${STEPS} steps` } });

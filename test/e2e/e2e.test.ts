@@ -11,6 +11,7 @@ import { Bus } from "@tack/bus";
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { launch, type Launched } from "@tack/cli";
 import { RECOVERY_TEXT } from "@tack/loop-service";
+import { sseJson } from "./support/sse.js";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 const namespace = `e2e${randomBytes(4).toString("hex")}`;
@@ -60,7 +61,7 @@ async function createSession(model: string, ws: string): Promise<string> {
 async function events(id: string): Promise<EventJson[]> {
   const r = await api(`/v1/sessions/${id}/events?follow=0`);
   const text = await r.text();
-  return text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
+  return sseJson<EventJson>(text);
 }
 
 /** The session's log once `done` holds for it; a timeout names `what` and the event types read last. */
@@ -199,7 +200,7 @@ describe("end to end", () => {
     expect(after.map((e) => e.seq)).toEqual(after.map((_, i) => i + 1));
   });
 
-  it("e2e - one trace per turn holds spans from gateway, loop, llm, tools and sandbox", async () => {
+  it("e2e - one trace per turn holds spans from gateway, loop, llm, tools, sandbox, skills and mcp", async () => {
     const ws = workspace("trace");
     const id = await createSession(`scripted:${script("trace", [
       { tool_calls: [{ name: "bash", arguments: { command: "true" } }] },
@@ -213,11 +214,12 @@ describe("end to end", () => {
     const services = () => new Set(spans.filter((s) => s.traceId === traceId).map((s) => s.service));
     const turnSpan = () => spans.some((s) => s.traceId === traceId && s.name === "loop.turn");
     // Spans are exported in batches, after the turn.
-    await waitFor("spans of five services and the loop's turn span in the trace", () => {
-      if (services().size >= 5 && turnSpan()) return true;
+    await waitFor("spans of seven services and the loop's turn span in the trace", () => {
+      if (services().size >= 7 && turnSpan()) return true;
       throw new Error(`services so far: ${[...services()].sort().join(", ") || "none"}; turn span: ${turnSpan()}`);
     }, { timeoutMs: 15_000, intervalMs: 200 });
-    expect([...services()].sort()).toEqual(["tack-gateway", "tack-llm", "tack-loop", "tack-sandbox", "tack-tools"]);
+    // The loop asks the skills service for the catalog and the MCP service for its tools at the turn's start.
+    expect([...services()].sort()).toEqual(["tack-gateway", "tack-llm", "tack-loop", "tack-mcp", "tack-sandbox", "tack-skills", "tack-tools"]);
     const gatewaySpan = spans.find((s) => s.traceId === traceId && s.service === "tack-gateway" && s.parentSpanId === parent);
     expect(gatewaySpan?.name).toBe("gateway POST /v1/sessions/:id/messages");
     expect(turnSpan()).toBe(true);

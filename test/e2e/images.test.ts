@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Bus } from "@tack/bus";
 import { launch, type Launched } from "@tack/cli";
 import { removeNamespace, waitFor } from "@tack/testkit";
+import { sseJson } from "./support/sse.js";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 const namespace = `e2e${randomBytes(4).toString("hex")}`;
@@ -92,7 +93,7 @@ describe("end to end: images", () => {
     expect((await api(`/v1/sessions/${id}/messages`, { text: "what is in shot.png?" })).status).toBe(202);
     const log = await waitFor(`turn 1 of ${id} to end`, async () => {
       const text = await (await api(`/v1/sessions/${id}/events?follow=0`)).text();
-      const events = text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as { type: string } & Record<string, unknown>);
+      const events = sseJson<{ type: string } & Record<string, unknown>>(text);
       if (events.some((e) => e.type === "turn/end")) return events;
       throw new Error(`log so far: ${events.map((e) => e.type).join(", ")}`);
     }, { timeoutMs: 90_000 });

@@ -18,6 +18,7 @@ import { CallToolRequest, CallToolResponse, ExecRequest, ExecResponse } from "@t
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { ensureBusCredentials } from "../../packages/cli/src/bus-credentials.js";
 import { startNatsServer, type LocalNats } from "../../packages/cli/src/nats-server.js";
+import { sseJson } from "../e2e/support/sse.js";
 
 const namespace = `sec${randomBytes(4).toString("hex")}`;
 const work = mkdtempSync(join(tmpdir(), "tack-bus-auth-"));
@@ -203,7 +204,7 @@ describe("bus credentials", () => {
     type EventJson = { seq: number; type: string; toolResult?: { content: string; spillObject?: string }; turnEnd?: { reason: string } };
     const log = await waitFor("the turn to end", async () => {
       const text = await (await api(`/v1/sessions/${id}/events?follow=0`)).text();
-      const events = text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
+      const events = sseJson<EventJson>(text);
       if (events.some((e) => e.type === "turn/end")) return events;
       throw new Error(`log so far: ${events.map((e) => e.type).join(", ")}`);
     }, { timeoutMs: 90_000, intervalMs: 200 });

@@ -41,7 +41,7 @@ describe("bus permission table", () => {
     expect(publishers(n.logSubject("t1", "s1"))).toEqual(["loop"]);
     expect(publishers(n.sandboxExec)).toEqual(["tools"]);
     // The loop pre-warms a new session's sandbox; the tools ensure it before each call.
-    expect(publishers(n.sandboxEnsure)).toEqual(["loop", "tools"]);
+    expect(publishers(n.sandboxEnsure)).toEqual(["loop", "tools", "mcp"]);
     expect(publishers(n.sandboxProcesses)).toEqual(["loop"]);
     expect(publishers(n.sandboxRelease)).toEqual(["loop"]);
     expect(publishers(n.workspaceCreate)).toEqual(["gateway"]);
@@ -49,6 +49,10 @@ describe("bus permission table", () => {
     expect(publishers(n.toolsList)).toEqual(["loop"]);
     expect(publishers(n.toolsRules)).toEqual(["loop"]);
     expect(subscribers(n.toolsRules)).toEqual(["tools"]);
+    for (const hooks of [n.toolsHookConfig, n.toolsHookRun]) {
+      expect(publishers(hooks)).toEqual(["loop"]);
+      expect(subscribers(hooks)).toEqual(["tools"]);
+    }
     expect(publishers(n.llmComplete)).toEqual(["loop"]);
     expect(publishers(n.llmCount)).toEqual(["gateway"]);
     expect(publishers(n.loopCreate)).toEqual(["gateway"]);
@@ -68,10 +72,18 @@ describe("bus permission table", () => {
     // Micro-service discovery: every service answers the all-services verbs, and only its own name's.
     for (const verb of ["PING", "INFO", "STATS"]) expect(subscribers(`$SRV.${verb}`)).toEqual(["gateway", "loop", "llm", "tools", "sandbox", "skills", "mcp"]);
     expect(subscribers("$SRV.INFO.tack-mcp")).toEqual(["mcp"]);
-    // The MCP bridge only answers: mcp.list and mcp.call are its own, and it publishes nothing.
+    // mcp.list and mcp.call are the MCP bridge's own, asked by the loop; the bridge reaches the sandbox only to
+    // run stdio servers there (ensure, a stdio stream's open and input), and only it reads the streams' output.
     expect(subscribers(n.mcpCall)).toEqual(["mcp"]);
     expect(subscribers(n.mcpList)).toEqual(["mcp"]);
-    expect(table.mcp.publish).toEqual([]);
+    expect(publishers(n.mcpList)).toEqual(["loop"]);
+    expect(publishers(n.mcpCall)).toEqual(["loop"]);
+    expect(table.mcp.publish).toEqual([n.sandboxEnsure, "acme.sandbox.stdio.open", "acme.sandbox.stdio.in.*"]);
+    expect(publishers("acme.sandbox.stdio.in.0123456789abcdef0123456789abcdef")).toEqual(["mcp"]);
+    expect(subscribers("acme.sandbox.stdio.in.0123456789abcdef0123456789abcdef")).toEqual(["sandbox"]);
+    expect(publishers("acme.sandbox.stdio.out.0123456789abcdef0123456789abcdef")).toEqual(["sandbox"]);
+    expect(subscribers("acme.sandbox.stdio.out.0123456789abcdef0123456789abcdef")).toEqual(["sandbox", "mcp"]);
+    expect(subscribers("acme.sandbox.stdio.open")).toEqual(["sandbox"]);
     expect(subscribers("$SRV.PING.tack-loop")).toEqual(["loop"]);
     expect(subscribers("$SRV.STATS.tack-sandbox.ABC123")).toEqual(["sandbox"]);
     expect(publishers("$SRV.PING")).toEqual([]);
@@ -79,7 +91,7 @@ describe("bus permission table", () => {
 
   it("bus-permissions - no service holds a blanket grant, another namespace's streams or the power to delete a stream", () => {
     const other = names("globex");
-    for (const user of BUS_USERS.filter((u) => u !== "admin")) {
+    for (const user of BUS_USERS.filter((u) => u !== "admin" && u !== "probe")) {
       const { publish, subscribe } = table[user];
       for (const grant of [...publish, ...subscribe]) {
         expect(grant, `${user}: ${grant}`).not.toMatch(/^(>|\*\.>|\$JS\.API\.>|_INBOX\.>|\$KV\.>|\$O\.>|\$SRV\.>)$/);
@@ -95,6 +107,8 @@ describe("bus permission table", () => {
       expect(publish.filter((g) => g.startsWith("$SRV.")), user).toEqual([]);
     }
     expect(table.admin).toEqual({ publish: [">"], subscribe: [">"] });
+    // The containers' health checks (deploy/k8s): ping one service by name, read the answers, nothing else.
+    expect(table.probe).toEqual({ publish: ["gateway", "loop", "llm", "tools", "sandbox", "skills", "mcp"].map((s) => `$SRV.PING.tack-${s}`), subscribe: ["_INBOX.probe.>"] });
   });
 
   it("bus-permissions - reply windows outlast each service's longest call", () => {
@@ -110,7 +124,7 @@ describe("bus permission table", () => {
 
   it("bus-permissions - the sandbox's replica subjects and placement bucket agree with the sandbox service", () => {
     expect(placementBucket(ns)).toBe(n.sandboxBucket);
-    for (const verb of ["ensure", "exec", "release", "ping"] as const) {
+    for (const verb of ["ensure", "exec", "release", "stdio_open", "ping"] as const) {
       const subject = replicaSubject(ns, "host-1", verb);
       expect(publishers(subject)).toEqual(["sandbox"]);
       expect(subscribers(subject)).toEqual(["sandbox"]);

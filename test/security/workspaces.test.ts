@@ -11,6 +11,7 @@ import { Bus } from "@tack/bus";
 import { launch, type Launched } from "@tack/cli";
 import { INSTALL_DIR } from "@tack/config";
 import { removeNamespace, waitFor } from "@tack/testkit";
+import { sseJson } from "../e2e/support/sse.js";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 const namespace = `wsec${randomBytes(4).toString("hex")}`;
@@ -44,7 +45,7 @@ async function runTurn(tenant: keyof typeof keys, id: string, text: string): Pro
   expect((await api(tenant, `/v1/sessions/${id}/messages`, { method: "POST", json: { text } })).status).toBe(202);
   return waitFor(`the turn to end in session ${id}`, async () => {
     const body = await (await api(tenant, `/v1/sessions/${id}/events?follow=0`)).text();
-    const events = body.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
+    const events = sseJson<EventJson>(body);
     if (events.some((e) => e.type === "turn/end")) return events;
     throw new Error(`log so far: ${events.map((e) => e.type).join(", ")}`);
   }, { timeoutMs: 60_000 });

@@ -100,6 +100,10 @@ export class Bus {
     try {
       const nc = await connect({
         servers: options.url, name: options.name, maxReconnectAttempts: -1, reconnectTimeWait: 250,
+        // nats.js builds an Error at every request (and JetStream ack) to keep the caller's stack for
+        // a failure; a failed request here is always rethrown as a TackError made at the caller,
+        // which names the subject, so that stack is never read. It was 2–3 % of a gateway GET's CPU.
+        noAsyncTraces: true,
         ...(credentials ? { user: credentials.user, pass: credentials.password, inboxPrefix: inboxPrefix(credentials.user) } : {}),
         ...(tls ? { tls: { ...(tls.caFile ? { caFile: tls.caFile } : {}), ...(tls.certFile ? { certFile: tls.certFile } : {}), ...(tls.keyFile ? { keyFile: tls.keyFile } : {}) } } : {}),
       });

@@ -16,6 +16,10 @@ export interface Names {
   readonly toolsWebHealth: string;
   /** The rules files (AGENTS.md, CLAUDE.md) of workspace folders, read in the session's sandbox for the loop. */
   readonly toolsRules: string;
+  /** The workspace's hooks files, read in the session's sandbox for the loop. */
+  readonly toolsHookConfig: string;
+  /** One hook command run in the session's sandbox for the loop. */
+  readonly toolsHookRun: string;
   /** Skills of a workspace (catalog, one skill's body, re-reading a root after a write), served by the skills service (queue group `skills`). */
   readonly skillsCatalog: string;
   readonly skillsLoad: string;
@@ -45,6 +49,18 @@ export interface Names {
   readonly loopDelete: string;
   /** Subject the current owner of a session takes its deletion on (refused while a turn runs). */
   loopSessionDelete(sessionId: string): string;
+  /** New sessions written from a copy of another's log (a fork, an import), queue group `loop`. */
+  readonly loopCopy: string;
+  /** Cancellations of the running turn of sessions no process owns (queue group `loop`; such a session has no turn to stop). */
+  readonly loopCancel: string;
+  /** Subject the current owner of a session takes the cancellation of its running turn on. */
+  loopSessionCancel(sessionId: string): string;
+  /** Compactions of sessions no process owns (queue group `loop`; the replica claims the session). */
+  readonly loopCompact: string;
+  /** Subject the current owner of a session takes a compaction on (refused while a turn runs). */
+  loopSessionCompact(sessionId: string): string;
+  /** Gateway replicas tell each other here what they just changed (a revoked key, a session's index row), so none keeps using its old copy. */
+  readonly gatewayChanged: string;
   /** Subject the current owner of a session takes approval decisions on. */
   loopSessionDecide(sessionId: string): string;
   /** Subject the current owner of a session listens on. */
@@ -101,6 +117,8 @@ export function names(namespace = "tack"): Names {
     toolsList: `${namespace}.tools.list`,
     toolsWebHealth: `${namespace}.tools.web_health`,
     toolsRules: `${namespace}.tools.rules`,
+    toolsHookConfig: `${namespace}.tools.hook_config`,
+    toolsHookRun: `${namespace}.tools.hook_run`,
     skillsCatalog: `${namespace}.skills.catalog`,
     skillsLoad: `${namespace}.skills.load`,
     skillsInvalidate: `${namespace}.skills.invalidate`,
@@ -121,6 +139,12 @@ export function names(namespace = "tack"): Names {
     loopSessionMode: (sessionId) => `${namespace}.loop.session.${sessionId}.mode`,
     loopDelete: `${namespace}.loop.delete`,
     loopSessionDelete: (sessionId) => `${namespace}.loop.session.${sessionId}.delete`,
+    loopCancel: `${namespace}.loop.cancel`,
+    loopCopy: `${namespace}.loop.copy`,
+    loopSessionCancel: (sessionId) => `${namespace}.loop.session.${sessionId}.cancel`,
+    loopCompact: `${namespace}.loop.compact`,
+    loopSessionCompact: (sessionId) => `${namespace}.loop.session.${sessionId}.compact`,
+    gatewayChanged: `${namespace}.gateway.changed`,
     loopSessionDecide: (sessionId) => `${namespace}.loop.session.${sessionId}.decide`,
     loopSessionSubmit: (sessionId) => `${namespace}.loop.session.${sessionId}.submit`,
     logSubject: (tenant, sessionId) => `${namespace}.log.${tenant}.${sessionId}`,

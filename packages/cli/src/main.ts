@@ -4,7 +4,8 @@ import { parseCommand } from "./args.js";
 
 async function main(argv: string[]): Promise<number> {
   try {
-    const command = parseCommand(argv);
+    // `tack` alone on a terminal is `tack chat`; elsewhere (a pipe, a script) it prints the usage.
+    const command = parseCommand(argv, { interactive: process.stdin.isTTY === true && process.stdout.isTTY === true });
     // A command's code is loaded when it runs: `tack run` starts without the launcher, NATS client or telemetry.
     switch (command.name) {
       case "help":
@@ -18,8 +19,14 @@ async function main(argv: string[]): Promise<number> {
         return await (await import("./commands/status.js")).statusCommand(command, process.cwd(), process.env);
       case "run":
         return await (await import("./commands/run.js")).runCommand(command, process.cwd(), process.env);
+      case "chat":
+        return await (await import("./commands/chat.js")).chatCommand(command, process.cwd(), process.env);
       case "events":
         return await (await import("./commands/events.js")).eventsCommand(command, process.cwd(), process.env);
+      case "mcp":
+        return await (await import("./commands/mcp.js")).mcpCommand(command, process.cwd(), process.env);
+      case "skills":
+        return await (await import("./commands/skills.js")).skillsCommand(command, process.cwd(), process.env);
     }
   } catch (error) {
     const failure = TackError.from(error);

@@ -1,7 +1,7 @@
 // The services a Tack runs: a module of its own, so that parsing a command line does not load the launcher.
 
 /** Every service `launch` knows, in start order. */
-export const SERVICES = ["llm", "tools", "sandbox", "loop", "gateway"] as const;
+export const SERVICES = ["llm", "tools", "sandbox", "skills", "mcp", "loop", "gateway"] as const;
 
 /** The name of one service: its code lives in `services/<name>/src/main.ts`. */
 export type ServiceName = (typeof SERVICES)[number];

@@ -9,6 +9,16 @@ const LINE_WIDTH = 240;
 
 type Color = "dim" | "red" | "yellow" | "cyan" | "bold" | "green";
 
+/** How a transcript is drawn. */
+export interface TranscriptOptions {
+  /** Style with ANSI colors (decided by the caller: a TTY, no NO_COLOR). */
+  readonly color: boolean;
+  /** Lines of a tool result shown before the rest is cut (default RESULT_LINES). */
+  readonly resultLines?: number;
+  /** Numbers of tool calls: each call and result is labelled `[n]` and a cut result points at `/details n` (tack chat). */
+  readonly calls?: { number(callId: string): number | undefined };
+}
+
 /**
  * Turns a session's events into transcript text. Stateful: assistant text is printed as its
  * chunks stream in, so the complete `assistant/message` only closes the line instead of
@@ -16,6 +26,8 @@ type Color = "dim" | "red" | "yellow" | "cyan" | "bold" | "green";
  */
 export class TranscriptRenderer {
   readonly #color: boolean;
+  readonly #resultLines: number;
+  readonly #calls: TranscriptOptions["calls"];
   // Steps (`turn:step`) whose text or reasoning was already printed from chunks.
   readonly #streamed = new Set<string>();
   // What the last characters written were, so that the next block starts on a fresh line.
@@ -23,8 +35,10 @@ export class TranscriptRenderer {
   // The call printed last: a result that does not answer it (parallel calls) gets a header naming its call.
   #lastCallId = "";
 
-  constructor(options: { color: boolean }) {
+  constructor(options: TranscriptOptions) {
     this.#color = options.color;
+    this.#resultLines = options.resultLines ?? RESULT_LINES;
+    this.#calls = options.calls;
   }
 
   /**
@@ -60,15 +74,19 @@ export class TranscriptRenderer {
         return this.#block(this.#style("bold", `› ${payload.value.text}`));
       case "toolCall":
         this.#lastCallId = payload.value.callId;
-        return this.#block(`${this.#style("cyan", "▶")} ${this.#style("bold", payload.value.name)} ${oneLine(compactJson(payload.value.arguments), LINE_WIDTH)}`);
+        return this.#block(`${this.#style("cyan", "▶")} ${this.#label(payload.value.callId)}${this.#style("bold", payload.value.name)} ${oneLine(compactJson(payload.value.arguments), LINE_WIDTH)}`);
       case "toolResult": {
         const result = payload.value;
         const lines = result.content.replace(/\s+$/, "").split("\n");
-        const shown = result.content.trim() === "" ? [this.#style("dim", "(no output)")] : lines.slice(0, RESULT_LINES).map((line) => truncate(line, LINE_WIDTH));
+        const max = this.#resultLines;
+        const shown = result.content.trim() === "" ? [this.#style("dim", "(no output)")] : lines.slice(0, max).map((line) => truncate(line, LINE_WIDTH));
         const body = shown.map((line) => `    ${result.isError ? this.#style("red", line) : line}`);
-        if (lines.length > RESULT_LINES) body.push(this.#style("dim", `    … ${lines.length - RESULT_LINES} more lines`));
+        const n = this.#calls?.number(result.callId);
+        const more = n === undefined ? "" : ` · /details ${n}`;
+        if (lines.length > max) body.push(this.#style("dim", `    … ${lines.length - max} more lines${more}`));
+        else if (more && result.fullBytes > result.content.length) body.push(this.#style("dim", `    … cut at ${result.content.length} of ${result.fullBytes} bytes${more}`));
         if (result.synthesized) body.push(this.#style("dim", "    (written by crash recovery, not by the tool)"));
-        if (result.callId !== this.#lastCallId) body.unshift(`${this.#style("cyan", "◀")} ${this.#style("bold", result.name)} ${this.#style("dim", result.callId)}`);
+        if (result.callId !== this.#lastCallId) body.unshift(`${this.#style("cyan", "◀")} ${this.#label(result.callId)}${this.#style("bold", result.name)} ${this.#style("dim", result.callId)}`);
         this.#lastCallId = "";
         return this.#block(body.join("\n"));
       }
@@ -91,6 +109,12 @@ export class TranscriptRenderer {
   /** Closes a line left open by streamed chunks. */
   finish(): string {
     return this.#endLine();
+  }
+
+  /** `[n] ` of a numbered call (tack chat), else nothing. */
+  #label(callId: string): string {
+    const n = this.#calls?.number(callId);
+    return n === undefined ? "" : this.#style("dim", `[${n}] `);
   }
 
   #block(text: string): string {
@@ -213,6 +237,26 @@ export function summarize(event: Event): string {
       return payload.value.files.length ? payload.value.files.map((f) => `${f.label}${f.truncated ? " (cut)" : ""}`).join(", ") : "none (retracted)";
     case "rulesWarning":
       return `${payload.value.label}: ${oneLine(payload.value.message, 100)}`;
+    case "skillsCatalog":
+      return payload.value.skills.length ? payload.value.skills.map((s) => s.name).join(", ") : "no skills";
+    case "skillsWarning":
+      return `${payload.value.source}: ${oneLine(payload.value.message, 100)}`;
+    case "skillInvoked":
+      return `/${payload.value.name}${payload.value.arguments ? ` ${oneLine(payload.value.arguments, 60)}` : ""} (${payload.value.source})`;
+    case "mcpWarning":
+      return `${payload.value.server}: ${oneLine(payload.value.message, 100)}`;
+    case "mcpResult":
+      return `${payload.value.callId} ${payload.value.server}/${payload.value.tool}: ${oneLine(payload.value.rawJson, 80)}`;
+    case "hookInvoked":
+      return `${payload.value.invocationId} ${payload.value.hookEvent}${payload.value.matcher ? `[${payload.value.matcher}]` : ""} ${oneLine(payload.value.command, 60)} (${payload.value.source})`;
+    case "hookResult": {
+      const h = payload.value;
+      return `${h.invocationId} exit=${h.exitCode}${h.timedOut ? " timed out" : ""}${h.decision ? ` ${h.decision}` : ""}${h.reason ? `: ${oneLine(h.reason, 80)}` : ""}`;
+    }
+    case "hookWarning":
+      return `${payload.value.source}: ${oneLine(payload.value.message, 100)}`;
+    case "hookContext":
+      return `${payload.value.hookEvent} (${payload.value.source}): ${oneLine(payload.value.text, 80)}`;
   }
 }
 

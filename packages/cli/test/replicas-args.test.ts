@@ -25,6 +25,7 @@ describe("replicas args", () => {
     expect(parseCommand(["up", "--replicas", "tools=3,loop=2,sandbox=2,llm=2"])).toEqual({ name: "up", demo: false, port: undefined, replicas: { tools: 3, loop: 2, sandbox: 2, llm: 2 } });
     expect(parseReplicas(" tools = 1 , gateway=1")).toEqual({ tools: 1, gateway: 1 });
     expect(parseReplicas("tools=32")).toEqual({ tools: 32 });
+    expect(parseReplicas("skills=2,mcp=3")).toEqual({ skills: 2, mcp: 3 });
     expect(parseCommand(["status"])).toEqual({ name: "status", json: false });
     expect(parseCommand(["status", "--json"])).toEqual({ name: "status", json: true });
     const help = parseCommand(["status", "--help"]);
@@ -35,7 +36,7 @@ describe("replicas args", () => {
 
   it("replicas-args - bad --replicas values fail with what is wrong", () => {
     const cases: Array<[string, string]> = [
-      ["web=2", `--replicas "web=2": unknown service "web"; services: llm, tools, sandbox, loop, gateway`],
+      ["web=2", `--replicas "web=2": unknown service "web"; services: llm, tools, sandbox, skills, mcp, loop, gateway`],
       ["tools=x", `--replicas "tools=x": tools=x is not a whole number of processes`],
       ["tools=1.5", `--replicas "tools=1.5": tools=1.5 is not a whole number of processes`],
       ["tools=-1", `--replicas "tools=-1": tools=-1 is not a whole number of processes`],

@@ -3,7 +3,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writ
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { resolveGateway } from "../src/gateway.js";
+import { resolveGateway } from "../src/api.js";
 import { ensureApiKey, ensureStateDir, findUpState, readApiKey, writeUpState, type UpState } from "../src/state.js";
 
 const scratch = mkdtempSync(join(tmpdir(), "tack-state-"));

@@ -59,7 +59,7 @@ describe("tack status", () => {
     expect(report.healthy).toBe(true);
     expect(code).toBe(0);
     expect(report.tack).toMatchObject({ running: true, local: true, pid: process.pid, gatewayUrl: tack.gatewayUrl, namespace: tack.namespace, natsUrl: tack.natsUrl });
-    expect(report.services.map((s) => [s.service, s.replicas.length])).toEqual([["llm", 2], ["tools", 1], ["sandbox", 2], ["loop", 1], ["gateway", 1]]);
+    expect(report.services.map((s) => [s.service, s.replicas.length])).toEqual([["llm", 2], ["tools", 1], ["sandbox", 2], ["skills", 1], ["mcp", 1], ["loop", 1], ["gateway", 1]]);
     for (const { service, replicas } of report.services) {
       expect(replicas.map((r) => r.pid)).toEqual(tack.pids(service as never));
       for (const r of replicas) {
@@ -75,7 +75,7 @@ describe("tack status", () => {
 
     // Discovery: one instance per process, every service (the gateway included); the two sandbox replicas have their own ids.
     expect(report.discovery.map((i) => i.pid).sort()).toEqual(tack.replicas().map((r) => r.pid).sort());
-    expect(new Set(report.discovery.map((i) => i.id)).size).toBe(7);
+    expect(new Set(report.discovery.map((i) => i.id)).size).toBe(9);
     const sandboxes = report.discovery.filter((i) => i.service === "sandbox");
     expect(sandboxes).toHaveLength(2);
     expect(sandboxes[0]!.metadata.replica).not.toBe(sandboxes[1]!.metadata.replica);
@@ -86,7 +86,7 @@ describe("tack status", () => {
     expect(table.code).toBe(0);
     expect(table.stdout).toMatch(/^ {2}sandbox#2 +\d+ +running /m);
     expect(table.stdout).toContain(`NATS       ✓ ${tack.natsUrl} · server ${report.nats.serverVersion} · JetStream on`);
-    expect(table.stdout).toMatch(/discovery {2}7 instance\(s\) answered \$SRV\.PING: gateway 1, llm 2, loop 1, sandbox 2, tools 1/);
+    expect(table.stdout).toMatch(/discovery {2}9 instance\(s\) answered \$SRV\.PING: gateway 1, llm 2, loop 1, mcp 1, sandbox 2, skills 1, tools 1/);
     expect(table.stdout.trimEnd().split("\n").at(-1)).toBe("healthy");
   });
 

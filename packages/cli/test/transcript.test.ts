@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { Event } from "@tack/proto";
-import { decodeEvent } from "../src/gateway.js";
-import { parseSse } from "../src/sse.js";
+import { TackError } from "@tack/bus";
+import { sseMessages, TackApiError } from "@tack/client";
+import { cliError, protoEvent } from "../src/api.js";
 import { eventLine, TranscriptRenderer } from "../src/transcript.js";
 
 let seq = 0;
@@ -104,28 +105,40 @@ describe("transcript", () => {
 });
 
 describe("gateway stream", () => {
-  it("sse - parses messages split across chunks, CRLF line ends and comments", async () => {
+  it("sse - the CLI's stream parser (@tack/client's eventsource-parser) takes messages split across chunks, CRLF line ends and comments", async () => {
     const text = ": keepalive\r\n\r\nid: 1\r\nevent: user/message\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\nid: 2\nevent: turn/end\ndata: {}\n\ndata: unterminated";
     const bytes = new TextEncoder().encode(text);
-    async function* pieces() {
-      for (let i = 0; i < bytes.length; i += 7) yield bytes.slice(i, i + 7);
-    }
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let i = 0; i < bytes.length; i += 7) controller.enqueue(bytes.slice(i, i + 7));
+        controller.close();
+      },
+    });
     const messages = [];
-    for await (const message of parseSse(pieces())) messages.push(message);
+    for await (const message of sseMessages(body)) messages.push({ id: message.id, event: message.event, data: message.data });
     expect(messages).toEqual([
       { id: "1", event: "user/message", data: '{"a":\n1}' },
       { id: "2", event: "turn/end", data: "{}" },
     ]);
   });
 
-  it("sse - decodes Event.toJSON data, a payload nested under `payload`, and in-band errors", () => {
-    const flat = Event.toJSON(run[7]!);
-    const decoded = decodeEvent(JSON.stringify(flat));
-    expect(decoded.event).toEqual(run[7]);
-    expect(decoded.json).toEqual(flat);
-    const nested = decodeEvent(JSON.stringify({ seq: 3, type: "tool/result", payload: { toolResult: { callId: "c", name: "bash", content: "x", isError: true } } }));
-    expect(nested.event.payload).toEqual({ $case: "toolResult", value: { callId: "c", name: "bash", content: "x", isError: true, durationMs: 0, synthesized: false, spillObject: "", fullBytes: 0, images: [] } });
-    expect(() => decodeEvent(JSON.stringify({ error: { code: "log.unavailable", message: "NATS is down" } }))).toThrow(expect.objectContaining({ code: "log.unavailable", message: "NATS is down" }));
-    expect(() => decodeEvent("nope")).toThrow(expect.objectContaining({ code: "cli.bad_event" }));
+  it("sse - decodes Event.toJSON data and a payload nested under `payload`; an event without a type is refused", () => {
+    const flat = Event.toJSON(run[7]!) as Record<string, unknown>;
+    expect(protoEvent(flat)).toEqual(run[7]);
+    const nested = protoEvent({ seq: 3, type: "tool/result", payload: { toolResult: { callId: "c", name: "bash", content: "x", isError: true } } });
+    expect(nested.payload).toEqual({ $case: "toolResult", value: { callId: "c", name: "bash", content: "x", isError: true, durationMs: 0, synthesized: false, spillObject: "", fullBytes: 0, images: [] } });
+    expect(() => protoEvent({ seq: 4 })).toThrow(expect.objectContaining({ code: "cli.bad_event" }));
+  });
+
+  it("sse - the client's failures become the CLI's codes; the gateway's codes stay", () => {
+    const unreachable = cliError(new TackApiError(0, "client.unreachable", "cannot reach the gateway at http://127.0.0.1:9 (ECONNREFUSED); is Tack running? Start it with `make up`"));
+    expect(unreachable).toBeInstanceOf(TackError);
+    expect(unreachable).toMatchObject({ code: "cli.gateway_unreachable", retryable: true, message: "cannot reach the gateway at http://127.0.0.1:9 (ECONNREFUSED); is Tack running? Start it with `make up` (or `tack up`)" });
+    expect(cliError(new TackApiError(502, "log.unavailable", "NATS is down"))).toMatchObject({ code: "log.unavailable", message: "NATS is down", details: { status: "502" } });
+    expect(cliError(new TackApiError(0, "client.bad_event", "not JSON"))).toMatchObject({ code: "cli.bad_event" });
+    expect(cliError(new TackApiError(0, "client.event_gap", "jumped from seq 3 to 5"))).toMatchObject({ code: "cli.stream_dropped" });
+    expect(cliError(new TackApiError(200, "client.bad_response", "not JSON"))).toMatchObject({ code: "cli.gateway_error" });
+    const other = new Error("x");
+    expect(cliError(other)).toBe(other);
   });
 });

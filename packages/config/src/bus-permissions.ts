@@ -4,10 +4,16 @@
 // deployment and the tests use the same function, so the three cannot drift apart.
 // Every service also answers NATS micro-service discovery for its own name (`$SRV.PING|INFO|STATS`,
 // `microSubjects` of @tack/bus): the one grant outside the namespace, to subscribe only.
-import { inboxPrefix, microSubjects, names } from "@tack/bus";
+import { inboxPrefix, microName, microSubjects, names } from "@tack/bus";
 
-/** Every NATS user of a deployment: one per service, plus `admin` for the operator and the launcher's start-up probes. */
-export const BUS_USERS = ["gateway", "loop", "llm", "tools", "sandbox", "skills", "mcp", "admin"] as const;
+/**
+ * Every NATS user of a deployment: one per service, `probe` for container health checks (it may only
+ * ping Tack's micro-services), plus `admin` for the operator and the launcher's start-up probes.
+ */
+export const BUS_USERS = ["gateway", "loop", "llm", "tools", "sandbox", "skills", "mcp", "probe", "admin"] as const;
+
+/** The users that are Tack services (and answer micro-service discovery as `tack-<user>`). */
+const SERVICE_USERS = BUS_USERS.filter((user) => user !== "probe" && user !== "admin");
 
 /** One NATS user of a deployment. */
 export type BusUser = (typeof BUS_USERS)[number];
@@ -85,8 +91,8 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
     gateway: {
       publish: [
         // Session commands, to any loop replica or to the session's current owner.
-        n.loopCreate, n.loopSubmit, n.loopDecide, n.loopMode, n.loopDelete,
-        n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"),
+        n.loopCreate, n.loopSubmit, n.loopDecide, n.loopMode, n.loopDelete, n.loopCancel, n.loopCompact, n.loopCopy,
+        n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"), n.loopSessionCancel("*"), n.loopSessionCompact("*"),
         // GET /v1/sessions/:id/context counts tokens.
         n.llmCount,
         // GET /v1/web/search/health asks the tools service for its search providers' state.
@@ -97,19 +103,25 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         `$O.${n.workspacesBucket}.>`, ...streamEnsure(workspaces), ...streamRead(workspaces), purge(workspaces),
         // Reads the session log (events, context) and the tenants' spend (usage); writes neither.
         jsInfo, ...streamRead(log), ...messageGet(spend),
+        // A session's export bundles the spilled tool results its log names.
+        ...streamRead(spill),
+        // What one replica changed (a revoked key, a session's row) every other drops from its caches at once.
+        n.gatewayChanged,
       ],
-      subscribe: [inbox("gateway"), ...microSubjects("gateway")],
+      subscribe: [inbox("gateway"), ...microSubjects("gateway"), n.gatewayChanged],
       // Answers only micro-service discovery ($SRV.PING/INFO/STATS): one reply each.
       responses: { max: 1, expires: "1m" },
     },
     loop: {
       publish: [
         // A queue-group command for a session another replica keeps warm is passed to that owner.
-        n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"),
+        n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"), n.loopSessionCancel("*"), n.loopSessionCompact("*"),
         n.llmComplete, n.llmCheck, n.llmEstimate,
-        n.toolsList, n.toolsCall, n.toolsRules,
+        n.toolsList, n.toolsCall, n.toolsRules, n.toolsHookConfig, n.toolsHookRun,
         // The skill catalog, a skill's body, and re-reading a skills root after a write or edit there.
         n.skillsCatalog, n.skillsLoad, n.skillsInvalidate,
+        // A session's MCP tools (each step header) and calls to them.
+        n.mcpList, n.mcpCall,
         // The sandbox-mode guard lists the processes left from a wider mode; deleting a session releases its containers;
         // a new session's sandbox is started at creation (pre-warm).
         n.sandboxProcesses, n.sandboxRelease, n.sandboxEnsure,
@@ -152,6 +164,8 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
       publish: [
         // Forwards to the replica that holds a session's container, and pings it.
         `${ns}.sandbox.replica.*.*`,
+        // Output of the long-lived processes (MCP stdio servers) whose stdio travels over the bus (decision 0016).
+        `${ns}.sandbox.stdio.out.*`,
         // Checks a request against the session's first log event (its tenant and workspace); reads nothing else of the log.
         jsInfo, ...messageGet(log),
         // Container placements across replicas, and the archives of managed workspaces.
@@ -172,12 +186,18 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
       responses: { max: 100, expires: "1m" },
     },
     mcp: {
-      // Answers; calls nothing on the bus (its MCP servers are child processes or HTTP endpoints).
-      publish: [],
-      subscribe: [`${ns}.mcp.*`, inbox("mcp"), ...microSubjects("mcp")],
+      // Stdio MCP servers run in the session's sandbox (decision 0016): it ensures the container,
+      // opens a stdio stream there and writes the stream's input; nothing else of the sandbox's.
+      publish: [n.sandboxEnsure, `${ns}.sandbox.stdio.open`, `${ns}.sandbox.stdio.in.*`],
+      // Its own subjects, and the output of its streams (stream ids are random per stream).
+      subscribe: [`${ns}.mcp.*`, `${ns}.sandbox.stdio.out.*`, inbox("mcp"), ...microSubjects("mcp")],
       // A call waits for its MCP server up to the call timeout (60 s by default, configurable), with heartbeats meanwhile.
       responses: { max: 10_000, expires: "15m" },
     },
+    // `<service main> --probe` in a container (deploy/k8s): pings one Tack service by name
+    // ($SRV.PING.tack-<service>, no instance-wide verbs, nothing else) and reads the answers.
+    // NATS wildcards stand for whole tokens, so each name is listed.
+    probe: { publish: SERVICE_USERS.map((service) => `$SRV.PING.${microName(service)}`), subscribe: [inbox("probe")] },
     // The operator's identity: `tack up`'s start-up probes, the `nats` CLI, test cleanup.
     // Never given to a service.
     admin: { publish: [">"], subscribe: [">"] },

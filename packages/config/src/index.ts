@@ -41,9 +41,18 @@ export function commonConfig(env: NodeJS.ProcessEnv = process.env): CommonConfig
  * Runs a service's main under the one logger (component `name`, e.g. `loop`): a start-up
  * failure is logged as `start-up failed` with the error's `code` and message (no stack) and
  * exits 1; SIGTERM or SIGINT logs `stopping`, stops the service and exits 0 (1 if stopping failed).
+ * With `--probe` among the arguments it starts nothing: it asks whether this host's instance of
+ * `name` answers NATS micro-service discovery (`probeService`), prints one line and exits 0 or 1.
  */
 export async function runMain(name: string, start: () => Promise<{ stop(): Promise<void> }>): Promise<void> {
   const log = logger(name);
+  if (process.argv.includes("--probe")) {
+    // A container probe (deploy/k8s): does this host's instance answer discovery? Starts nothing.
+    const { probeService } = await import("./probe.js");
+    const result = await probeService(name);
+    process.stdout.write(`${result.message}\n`);
+    process.exit(result.ok ? 0 : 1);
+  }
   let service: { stop(): Promise<void> };
   try {
     service = await start();
@@ -76,4 +85,5 @@ export { ALLOWED_FROM, isSandboxMode, modeRank, SANDBOX_MODES, type Denied, type
 export { compileOperatorConfig, INSTALL_DIR, isInside, loadOperatorConfig, LOG_REPLICAS, OperatorConfigError, tenantPolicy, type ConfiguredKey, type LogReplicas, type OperatorConfig, type TenantPolicy } from "./operator.js";
 export { authorizeWorkspace, managedWorkspacePath, managedWorkspacesDir, WorkspaceAccessError, type AuthorizedWorkspace, type WorkspaceRefusal } from "./workspaces.js";
 export { BusCredentialsError, busAuthFromEnv, readBusCredentials } from "./bus-credentials.js";
+export { probeService, type ProbeOptions, type ProbeResult } from "./probe.js";
 export { BUS_USERS, busPermissions, natsServerAuthorization, type BusPermissions, type BusUser } from "./bus-permissions.js";

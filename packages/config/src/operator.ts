@@ -45,6 +45,10 @@ const KeySchema = z.strictObject({
 
 const REPLICAS_CHOICES = "must be 1 (a single NATS server), 3 or 5 (a JetStream cluster of at least that many servers; odd, so that a majority survives a failed server)";
 
+/** The kinds of source `tack skills add` installs from, for `skills.install.sources`. */
+export const SKILL_INSTALL_SOURCES = ["git", "npm", "path"] as const;
+export type SkillInstallSource = (typeof SKILL_INSTALL_SOURCES)[number];
+
 const ConfigSchema = z.strictObject({
   tenants: z.record(tenantId, TenantPolicySchema).default({}),
   keys: z.array(KeySchema).default([]),
@@ -89,6 +93,15 @@ const ConfigSchema = z.strictObject({
      */
     replicas: z.number({ error: REPLICAS_CHOICES }).refine((n) => LOG_REPLICAS.includes(n as LogReplicas), REPLICAS_CHOICES).default(1),
   }).default({ replicas: 1 }),
+  skills: z.strictObject({
+    /** What `tack skills add` may install into the user's and workspaces' skill folders. */
+    install: z.strictObject({
+      /** false: no install at all. */
+      allow: z.boolean({ error: "must be true or false" }).default(true),
+      /** Which kinds of source: git URLs, npm packages (or their .tgz), local folders. */
+      sources: z.array(z.enum(SKILL_INSTALL_SOURCES, { error: `must be one of ${SKILL_INSTALL_SOURCES.join(", ")}` })).default([...SKILL_INSTALL_SOURCES]),
+    }).default({ allow: true, sources: [...SKILL_INSTALL_SOURCES] }),
+  }).default({ install: { allow: true, sources: [...SKILL_INSTALL_SOURCES] } }),
 });
 
 /** The JetStream replica counts the log may have. */
@@ -113,6 +126,8 @@ export interface OperatorConfig {
   readonly retention: { readonly sessionMaxAgeDays?: number; readonly sweepIntervalMinutes: number; readonly logMaxBytes?: number; readonly logMaxAgeDays?: number };
   /** JetStream replicas of the session log, the lease and spend buckets and the spill store. */
   readonly log: { readonly replicas: LogReplicas };
+  /** Whether `tack skills add` may install, and from which kinds of source. */
+  readonly skills: { readonly install: { readonly allow: boolean; readonly sources: readonly SkillInstallSource[] } };
   /** Directories no workspace may be inside of or contain: Tack's install and its state directory. */
   readonly protectedPaths: readonly string[];
 }
@@ -195,6 +210,7 @@ export function compileOperatorConfig(raw: unknown, where: { stateDir: string; b
       ...(data.retention.log_max_age_days !== undefined ? { logMaxAgeDays: data.retention.log_max_age_days } : {}),
     },
     log: { replicas: data.log.replicas as LogReplicas },
+    skills: { install: { allow: data.skills.install.allow, sources: [...new Set(data.skills.install.sources)] } },
     protectedPaths: [...new Set([INSTALL_DIR, where.stateDir].map(realpathOrSelf))],
   };
 }

@@ -1,7 +1,7 @@
 // The session log on JetStream: single writer, validated reader, projection to the model request, spilled results.
 export { FORMAT_VERSION, LogConflictError, UnknownEventTypeError, UnsupportedFormatError } from "./errors.js";
 export { draft, eventTypeInfo, isCase, materialize, now, timestampMs, type Draft, type EventOf, type Payload, type PayloadOf } from "./event.js";
-export { deriveRequest, Projection, pruneText, serializeRequest, type ModelRequest, type PrunePlan, type VisibleEntry } from "./projection.js";
+export { deriveRequest, hookContextText, Projection, pruneText, serializeRequest, skillInvokedText, skillsCatalogText, type ModelRequest, type PrunePlan, type VisibleEntry } from "./projection.js";
 export { checkEvent, readAll, readSession, type ReadOptions } from "./reader.js";
 export { parseSpillPath, SpillBucket, spillObjectName, spillPath, type SpillBucketOptions } from "./spill.js";
 export { ensureLogStream, type LogStreamLimits, type LogStreamOptions } from "./stream.js";

@@ -1,4 +1,6 @@
-import { ChatMessage, Role, Surface_Kind, type Event, type RequestHeader, type RulesFile, type ToolSpec } from "@tack/proto";
+import {
+  ChatMessage, Role, Surface_Kind, type Event, type HookContext, type RequestHeader, type RulesFile, type SkillInvoked, type SkillsCatalogEntry, type ToolSpec,
+} from "@tack/proto";
 
 /** The model request as derived from a log: header plus model-visible messages. */
 export interface ModelRequest {
@@ -54,6 +56,12 @@ export class Projection {
         }));
       case "rulesLoaded":
         return this.#surface(event, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: rulesText(p.value.files) }));
+      case "skillsCatalog":
+        return this.#surface(event, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: skillsCatalogText(p.value.skills) }));
+      case "skillInvoked":
+        return this.#surface(event, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: skillInvokedText(p.value) }));
+      case "hookContext":
+        return this.#surface(event, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: hookContextText(p.value) }));
       case "contextPruned": {
         const { upToSeq, headChars, tailChars } = p.value;
         this.#visible = this.#visible.map((v) => (prunable(v, upToSeq, headChars, tailChars)
@@ -153,6 +161,38 @@ export function rulesText(files: readonly RulesFile[]): string {
   if (files.length === 0) return "The project's rules files no longer apply: disregard the instructions of the earlier rules message.";
   const blocks = files.map((f) => `<rules source="${f.label.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;")}">\n${f.content.replace(/\n$/, "")}\n</rules>`);
   return ["These are the project's instructions from its rules files (AGENTS.md, CLAUDE.md); follow them. They replace any rules given earlier in this conversation.", ...blocks].join("\n\n");
+}
+
+/** Escapes text for an attribute of the tags the model reads. */
+function attribute(text: string): string {
+  return text.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;");
+}
+
+/**
+ * What the model reads for a `skills/catalog`: the skills it may load with the `skill` tool, one
+ * line each (user-only skills are not offered); replaces any earlier catalog. A pure function of
+ * the entries, so the same catalog always reads the same.
+ */
+export function skillsCatalogText(skills: readonly SkillsCatalogEntry[]): string {
+  const offered = skills.filter((s) => s.modelInvocable);
+  if (offered.length === 0) return "No skills are available now: disregard any skills listed earlier in this conversation.";
+  const lines = offered.map((s) => `- ${s.name}: ${s.description.replace(/\s+/g, " ").trim()}`);
+  return [
+    "Skills available in this session (this list replaces any earlier one). A skill is a set of instructions for one kind of task: when a task matches a skill's description, call the `skill` tool with its name before doing the task, then follow what it says.",
+    lines.join("\n"),
+  ].join("\n\n");
+}
+
+/** What the model reads when the user ran a skill with `/name`: its body, in a block naming where it comes from. */
+export function skillInvokedText(s: SkillInvoked): string {
+  const files = s.files.length ? `\n\nFiles in the skill's folder (${s.location}): ${s.files.join(", ")}` : "";
+  const args = s.arguments ? `\n\nThe user's arguments: ${s.arguments}` : "";
+  return `The user ran the skill /${s.name}. Follow its instructions for this request.${args}\n\n<skill name="${attribute(s.name)}" source="${attribute(s.source)}" location="${attribute(s.location)}">\n${s.body.replace(/\n$/, "")}\n</skill>${files}`;
+}
+
+/** What the model reads for text a hook added (SessionStart or UserPromptSubmit output, a Stop hook's reason to go on). */
+export function hookContextText(h: HookContext): string {
+  return `<hook event="${attribute(h.hookEvent)}" source="${attribute(h.source)}">\n${h.text.replace(/\n$/, "")}\n</hook>`;
 }
 
 /** Derives the model request from a complete list of events, from scratch. */

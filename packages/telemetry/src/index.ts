@@ -2,16 +2,23 @@
 import { context, propagation, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, NodeTracerProvider, type SpanProcessor } from "@opentelemetry/sdk-trace-node";
 import { pino } from "pino";
+import { traceExporterFromEnv } from "./otlp.js";
+
+export { OTLP_PROTOCOLS, traceExporterFromEnv, type OtlpProtocol } from "./otlp.js";
 
 /** Options for `initTelemetry`. */
 export interface TelemetryOptions {
   /** `service.name` of every span this process exports, e.g. `tack-loop`. */
   serviceName: string;
-  /** OTLP/HTTP base URL (e.g. http://127.0.0.1:4318); default from OTEL_EXPORTER_OTLP_ENDPOINT; none → spans are not exported. */
+  /**
+   * OTLP base URL (e.g. http://127.0.0.1:4318); default OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (full URL) or
+   * OTEL_EXPORTER_OTLP_ENDPOINT; none → spans are not exported. The transport is OTEL_EXPORTER_OTLP_PROTOCOL
+   * (`http/json` by default, `http/protobuf`, `grpc`); the sampler is OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG,
+   * read by the OpenTelemetry SDK (default parentbased_always_on).
+   */
   endpoint?: string;
 }
 
@@ -28,10 +35,16 @@ let active: Telemetry | undefined;
  */
 export function initTelemetry(options: TelemetryOptions): Telemetry {
   if (active) return active;
-  const endpoint = options.endpoint ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  const spanProcessors: SpanProcessor[] = endpoint
-    ? [new BatchSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/$/, "")}/v1/traces` }), { scheduledDelayMillis: 200 })]
-    : [];
+  let exporter: ReturnType<typeof traceExporterFromEnv>;
+  try {
+    exporter = traceExporterFromEnv(process.env, options.endpoint);
+  } catch (error) {
+    // A service's first step: a bad OTEL_* value stops it like any bad configuration, in one log line, before it connects anywhere.
+    const component = options.serviceName.replace(/^tack-/, "");
+    logger(component).error("start-up failed", { code: "config.invalid", error: (error as Error).message });
+    process.exit(1);
+  }
+  const spanProcessors: SpanProcessor[] = exporter ? [new BatchSpanProcessor(exporter, { scheduledDelayMillis: 200 })] : [];
   const provider = new NodeTracerProvider({
     resource: resourceFromAttributes({ "service.name": options.serviceName, "service.namespace": "tack" }),
     spanProcessors,

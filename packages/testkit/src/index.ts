@@ -3,3 +3,4 @@ export { NATS_TEST_IMAGE, startThrowawayNats, type ThrowawayNats } from "./nats.
 export { removeNamespace } from "./namespace.js";
 export { stopWaiting, waitFor, type Probe, type WaitOptions } from "./wait.js";
 export { startNatsCluster, type NatsCluster, type NatsClusterOptions } from "./cluster.js";
+export { CuttableProxy } from "./proxy.js";

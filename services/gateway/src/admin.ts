@@ -1,19 +1,12 @@
 // The admin API: an admin key manages its own tenant's keys and reads its tenant's policy.
 // Keys of other tenants do not exist for it (404), as other tenants' sessions do not.
-import { z } from "zod";
-import { readJson } from "./body.js";
 import { timestamp } from "./db.js";
+import { forgetKey } from "./auth.js";
 import { GatewayError } from "./errors.js";
-import { sendJson, type Exchange, type Handler } from "./http.js";
+import type { Call, Operation } from "./call.js";
 import { generateApiKey, hashApiKey, keyId } from "./keys.js";
 import type { GatewayContext } from "./sessions.js";
 import type { KeyRow } from "./store.js";
-
-const CreateKeyBody = z.strictObject({
-  tenant: z.string().optional(),
-  role: z.enum(["admin", "member"], { error: (issue) => `must be "admin" or "member", got ${JSON.stringify(issue.input)}` }).default("member"),
-  name: z.string({ error: "must be a string" }).max(100, "must be at most 100 characters").default(""),
-});
 
 /** The JSON form of a stored key: its id (first 12 hex digits of the hash), never the key or the whole hash. */
 function keyJson(row: KeyRow) {
@@ -21,20 +14,20 @@ function keyJson(row: KeyRow) {
 }
 
 /** Refuses a caller whose key is not an admin key (403 `gateway.forbidden`, naming the role needed). */
-function requireAdmin(exchange: Exchange): string {
-  if (exchange.caller?.role !== "admin") {
-    throw new GatewayError(403, "gateway.forbidden", `${exchange.req.method} ${exchange.route} needs an admin key of tenant ${exchange.tenant}; this key has the role member`, {
-      details: { role_needed: "admin", role: exchange.caller?.role ?? "member" },
+function requireAdmin(call: Call): string {
+  if (call.caller.role !== "admin") {
+    throw new GatewayError(403, "gateway.forbidden", `${call.label} needs an admin key of tenant ${call.tenant}; this key has the role member`, {
+      details: { role_needed: "admin", role: call.caller.role },
     });
   }
-  return exchange.tenant!;
+  return call.tenant;
 }
 
 /** `POST /v1/admin/keys` `{tenant?, role?, name?}`: creates a key of the admin's tenant; 201 shows the key this once. */
-export function createKey(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const tenant = requireAdmin(exchange);
-    const body = await readJson(exchange.req, CreateKeyBody);
+export function createKey(context: GatewayContext): Operation {
+  return async (call, request) => {
+    const tenant = requireAdmin(call);
+    const body = { tenant: request.tenant as string | undefined, role: ((request.role as string | undefined) || "member") as "admin" | "member", name: (request.name as string | undefined) ?? "" };
     if (body.tenant !== undefined && body.tenant !== tenant) {
       throw new GatewayError(403, "gateway.forbidden", `an admin key of tenant ${tenant} creates keys of tenant ${tenant} only, not ${JSON.stringify(body.tenant)}; keys of other tenants are the operator's (keys: in the operator configuration)`, {
         details: { tenant: body.tenant },
@@ -44,16 +37,16 @@ export function createKey(context: GatewayContext): Handler {
     const row: KeyRow = { hash: hashApiKey(key), tenant, role: body.role, name: body.name, source: "api", created_at: timestamp(), revoked_at: null };
     await context.index.insertKey(row);
     const json = keyJson(row);
-    sendJson(exchange.res, 201, { ...json, key, note: "the key is shown only now; store it, the gateway keeps only its hash" }, { location: `/v1/admin/keys/${json.id}` });
+    return { body: { ...json, key, note: "the key is shown only now; store it, the gateway keeps only its hash" }, headers: { location: `/v1/admin/keys/${json.id}` } };
   };
 }
 
 /** `GET /v1/admin/keys`: the admin's tenant's keys, revoked ones too. */
-export function listKeys(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const tenant = requireAdmin(exchange);
+export function listKeys(context: GatewayContext): Operation {
+  return async (call) => {
+    const tenant = requireAdmin(call);
     const rows = await context.index.listKeys(tenant);
-    sendJson(exchange.res, 200, { keys: rows.map(keyJson) });
+    return { body: { keys: rows.map(keyJson) } };
   };
 }
 
@@ -62,10 +55,10 @@ export function listKeys(context: GatewayContext): Handler {
  * next request on and its open event streams end. Keys from the operator configuration or
  * TACK_API_KEY are the operator's: 409, edit them where they are.
  */
-export function revokeKey(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const tenant = requireAdmin(exchange);
-    const id = exchange.params.id!;
+export function revokeKey(context: GatewayContext): Operation {
+  return async (call, request) => {
+    const tenant = requireAdmin(call);
+    const id = String(request.id ?? "");
     const notFound = () => new GatewayError(404, "gateway.key_not_found", `no key ${JSON.stringify(id)} in tenant ${tenant}; list them with GET /v1/admin/keys`);
     if (!/^[0-9a-f]{12}$/.test(id)) throw notFound();
     const rows = await context.index.findKeys(tenant, id);
@@ -82,18 +75,21 @@ export function revokeKey(context: GatewayContext): Handler {
       throw new GatewayError(409, "gateway.key_not_revocable", `key ${id} is the gateway's TACK_API_KEY; change TACK_API_KEY and restart the gateway`, { details: { source: row.source } });
     }
     await context.index.revokeKey(row.hash);
+    forgetKey(context.index, row.hash);
     context.policy.endStreamsOf(row.hash);
+    // The other gateway replicas drop the key too (src/changes.ts), before this answer is sent.
+    await context.changes.announce({ key: row.hash });
     const [revoked] = await context.index.findKeys(tenant, id);
-    sendJson(exchange.res, 200, keyJson(revoked ?? row));
+    return { body: keyJson(revoked ?? row) };
   };
 }
 
 /** `GET /v1/admin/tenants`: the admin's tenant with its policy and what it uses now. */
-export function listTenants(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const tenant = requireAdmin(exchange);
+export function listTenants(context: GatewayContext): Operation {
+  return async (call) => {
+    const tenant = requireAdmin(call);
     const policy = context.policy.policy(tenant);
-    sendJson(exchange.res, 200, {
+    return { body: {
       tenants: [{
         id: tenant,
         configured: tenant in context.options.operator.tenants,
@@ -109,6 +105,6 @@ export function listTenants(context: GatewayContext): Handler {
         },
         usage: { sessions: await context.index.countSessions(tenant), event_streams: context.policy.streamCount(tenant) },
       }],
-    });
+    } };
   };
 }

@@ -2,10 +2,8 @@
 // did what to which session, when. Records outlive the sessions they name.
 import { randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
-import { z } from "zod";
 import { timestamp, type AuditTable, type Database } from "./db.js";
-import { GatewayError } from "./errors.js";
-import { sendJson, type Exchange, type Handler } from "./http.js";
+import type { Call, Operation } from "./call.js";
 import { keyId } from "./keys.js";
 import type { SessionRow } from "./store.js";
 
@@ -16,10 +14,8 @@ export type AuditRow = Selectable<AuditTable>;
 export type AuditActor = { readonly kind: "api_key"; readonly keyId: string } | { readonly kind: "retention" };
 
 /** The id of the caller's API key, as the admin API shows it; never the key itself. */
-export function callerKeyId(exchange: Exchange): string {
-  const hash = exchange.caller?.keyHash;
-  if (!hash) throw new GatewayError(401, "gateway.missing_api_key", "this route needs an API key: send it as `Authorization: Bearer <key>`");
-  return keyId(hash);
+export function callerKeyId(call: Call): string {
+  return keyId(call.caller.keyHash);
 }
 
 /** Queries of the audit table. */
@@ -62,21 +58,12 @@ export function auditJson(row: AuditRow) {
   return { id: row.id, at: row.at, actor: row.actor, key_id: row.key_id, action: row.action, session_id: row.session_id, details: JSON.parse(row.details) as unknown };
 }
 
-const ListQuery = z.object({
-  limit: z.coerce.number({ error: "must be a number" }).int("must be an integer").min(1, "must be at least 1").max(200, "must be at most 200").default(50),
-  offset: z.coerce.number({ error: "must be a number" }).int("must be an integer").min(0, "must be at least 0").default(0),
-});
-
-/** `GET /v1/audit`: the caller's tenant's audit records, newest first (`limit`, `offset`). */
-export function listAudit(audit: AuditLog): Handler {
-  return async (exchange) => {
-    const parsed = ListQuery.safeParse(Object.fromEntries(exchange.url.searchParams));
-    if (!parsed.success) {
-      const problems = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
-      throw new GatewayError(400, "gateway.invalid_query", `invalid query: ${problems}`);
-    }
-    const { limit, offset } = parsed.data;
-    const rows = await audit.list(exchange.tenant!, limit, offset);
-    sendJson(exchange.res, 200, { records: rows.map(auditJson), limit, offset });
+/** `ListAudit`: the caller's tenant's audit records, newest first (`limit`, `offset`). */
+export function listAudit(audit: AuditLog): Operation {
+  return async (call, query) => {
+    const limit = (query.limit as number | undefined) ?? 50;
+    const offset = (query.offset as number | undefined) ?? 0;
+    const rows = await audit.list(call.tenant, limit, offset);
+    return { body: { records: rows.map(auditJson), limit, offset } };
   };
 }

@@ -1,6 +1,6 @@
 import { deriveRequest, readAll, type ModelRequest } from "@tack/log";
 import { CompleteRequest, CountTokensRequest, CountTokensResponse, type Event } from "@tack/proto";
-import { sendJson, type Handler } from "./http.js";
+import type { Operation } from "./call.js";
 import { requireSession, type GatewayContext } from "./sessions.js";
 
 function completeRequest(sessionId: string, r: ModelRequest): CompleteRequest {
@@ -10,18 +10,17 @@ function completeRequest(sessionId: string, r: ModelRequest): CompleteRequest {
 }
 
 /**
- * `GET /v1/sessions/:id/context`: what the next request puts in front of the model, in tokens of
+ * `GetContext`: what the next request puts in front of the model, in tokens of
  * the model's tokenizer, by part (system prompt / tools / conversation), calibrated by the
  * input tokens the provider reported for the last call.
  */
-export function sessionContext(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const row = await requireSession(context, exchange);
+export function sessionContext(context: GatewayContext): Operation {
+  return async (call, request) => {
+    const row = await requireSession(context, call, request.id);
     const { bus } = context;
     const events = await readAll(bus.nc, bus.names, { tenant: row.tenant, sessionId: row.id });
     if (!events.some((e) => e.payload?.$case === "requestHeader")) {
-      sendJson(exchange.res, 200, { session: row.id, tokens: null, note: "no model request yet: the context is measured from the first request/header on" });
-      return;
+      return { body: { session: row.id, tokens: null, note: "no model request yet: the context is measured from the first request/header on" } };
     }
     const count = async (upTo: readonly Event[]) => {
       const r = await bus.request(bus.names.llmCount, CountTokensRequest, { request: completeRequest(row.id, deriveRequest(upTo)) }, CountTokensResponse);
@@ -40,12 +39,12 @@ export function sessionContext(context: GatewayContext): Handler {
       const counted = then.systemPromptTokens + then.toolsTokens + then.conversationTokens;
       if (reported > 0 && counted > 0) calibration = { reported_input_tokens: reported, counted_tokens: counted, ratio: Math.round((reported / counted) * 1000) / 1000 };
     }
-    sendJson(exchange.res, 200, {
+    return { body: {
       session: row.id,
       tokenizer: now.tokenizer,
       tokens: { system_prompt: now.systemPromptTokens, tools: now.toolsTokens, conversation: now.conversationTokens, total },
       calibration,
       estimated_total: calibration ? Math.round(total * calibration.ratio) : total,
-    });
+    } };
   };
 }

@@ -7,7 +7,7 @@ import { DeleteSessionRequest, DeleteSessionResponse } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { auditJson, callerKeyId, type AuditActor, type AuditRow } from "./audit.js";
 import { GatewayError } from "./errors.js";
-import { sendJson, type Handler } from "./http.js";
+import type { Operation } from "./call.js";
 import { requestLoop, requireSession, type GatewayContext } from "./sessions.js";
 import type { SessionRow } from "./store.js";
 
@@ -42,23 +42,25 @@ export async function deleteSession(context: GatewayContext, row: SessionRow, ac
     }
     throw e;
   }
+  // The log is gone: followers in this process hear it, and the session's feed closes.
+  context.feeds.forget(row, new GatewayError(404, "gateway.session_not_found", `session ${JSON.stringify(row.id)} was deleted`));
   const record = await context.audit.removeSession(row, actor, {
     title: row.title, log_messages: removed.logMessages, spill_objects: removed.spillObjects, sandboxes_removed: removed.sandboxesRemoved, ...details,
-  });
+  }).finally(() => context.index.sessionChanged(row.id));
   if (!record) throw new GatewayError(404, "gateway.session_not_found", `session ${JSON.stringify(row.id)} was deleted by another request meanwhile`);
   return { record, removed };
 }
 
 /** `DELETE /v1/sessions/:id`: deletes the caller's session (see `deleteSession`); another tenant's is a 404 and stays untouched. */
-export function deleteSessionRoute(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const row = await requireSession(context, exchange);
-    const { record, removed } = await deleteSession(context, row, { kind: "api_key", keyId: callerKeyId(exchange) });
-    sendJson(exchange.res, 200, {
+export function deleteSessionRoute(context: GatewayContext): Operation {
+  return async (call, request) => {
+    const row = await requireSession(context, call, request.id);
+    const { record, removed } = await deleteSession(context, row, { kind: "api_key", keyId: callerKeyId(call) });
+    return { body: {
       id: row.id, deleted: true,
       removed: { log_messages: removed.logMessages, spill_objects: removed.spillObjects, sandboxes: removed.sandboxesRemoved },
       audit: auditJson(record),
-    });
+    } };
   };
 }
 

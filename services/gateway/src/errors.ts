@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { trace } from "@opentelemetry/api";
 import { TackError } from "@tack/bus";
+import { errorSpec, GRPC_STATUS_NUMBERS, HTTP_FOR_GRPC, type ErrorCode, type GrpcStatus } from "@tack/errors";
 import { logger, type Logger } from "@tack/telemetry";
-import { sendJson, type Interceptor } from "./http.js";
 
 /** A request the gateway refuses: a TackError that also carries the HTTP status to answer with. */
 export class GatewayError extends TackError {
@@ -20,54 +20,35 @@ export interface ErrorBody {
   error: { code: string; message: string; details?: Record<string, string>; request_id?: string };
 }
 
-/** Refusals from the loop (and the llm checks it runs) that are the caller's to fix, with the status that says so. */
-const CALLER_ERROR_STATUS: Record<string, number> = {
-  "loop.unknown_mode": 400,
-  "loop.bad_sandbox_mode": 400,
-  "loop.bad_approval_policy": 400,
-  "loop.missing_model": 400,
-  "loop.bad_workspace": 400,
-  "loop.empty_message": 400,
-  "loop.unknown_session": 404,
-  "loop.session_exists": 409,
-  "loop.busy": 409,
-  "loop.session_busy": 409,
-  "loop.bad_budget": 400,
-  "loop.bad_decision": 400,
-  "loop.no_pending_approval": 404,
-  "loop.mode_change_refused": 409,
-  "loop.no_pending_question": 404,
-  "loop.no_pending_plan": 404,
-  "loop.bad_answer": 400,
-  "loop.mode_fixed": 409,
-  "loop.bad_plan_mode": 400,
-  "llm.unknown_model": 400,
-  "llm.missing_key": 400,
-  "llm.bad_script": 400,
-};
-
 // Services named in 5xx sentences; a subject or code naming anything else says "a Tack service".
 const SERVICES = new Set(["loop", "llm", "tools", "sandbox"]);
 
 const defaultLog = logger("gateway");
 
+/** The status a failure that is not a GatewayError gets when the catalogue does not hold its code: a service behind the gateway failed. */
+const UNCATALOGUED_STATUS = 502;
+
 /**
- * Maps any failure to an HTTP status and body. Bus failures keep their TackError code so a
- * client can tell "no loop is running" (503) from "the loop is too slow" (504) from "the loop
- * refused" (502); anything else unexpected is a 500. A 5xx body says only what happened and
- * what the caller can do, in a fixed sentence per code, with a request id: the failure's own
- * message and details can hold internal subjects, host paths or stack text, so they go to
- * `options.log` (default the gateway's logger) under that id and never to the caller.
+ * The HTTP status for a failure's code, from the error catalogue (`@tack/errors`, listed in
+ * docs/errors.md): a caller's mistake keeps its 4xx wherever it was found (`loop.unknown_session`
+ * is 404), "no loop is running" is 503, "the loop is too slow" 504, "the loop failed" 502,
+ * the gateway's own unexpected failure (`internal`) 500; a code the catalogue lacks is 502.
+ */
+export function httpStatusOf(code: string): number {
+  return errorSpec(code)?.http ?? UNCATALOGUED_STATUS;
+}
+
+/**
+ * Maps any failure to an HTTP status and body. A GatewayError answers with its own status; any
+ * other failure keeps its TackError code and gets the catalogue's status for it (`httpStatusOf`).
+ * A 5xx body says only what happened and what the caller can do, in a fixed sentence per code,
+ * with a request id: the failure's own message and details can hold internal subjects, host
+ * paths or stack text, so they go to `options.log` (default the gateway's logger) under that id
+ * and never to the caller.
  */
 export function toHttpError(error: unknown, options: { log?: Logger; fields?: Record<string, unknown> } = {}): { status: number; body: ErrorBody } {
   const e = TackError.from(error);
-  let status: number;
-  if (e instanceof GatewayError) status = e.status;
-  else if (e.code === "bus.no_responders" || e.code === "bus.unreachable") status = 503;
-  else if (e.code === "bus.timeout") status = 504;
-  else if (e.code === "internal") status = 500;
-  else if (e.code in CALLER_ERROR_STATUS) status = CALLER_ERROR_STATUS[e.code]!;
-  else status = 502;
+  const status = e instanceof GatewayError ? e.status : httpStatusOf(e.code);
   if (status < 500) {
     const details = Object.keys(e.details).length > 0 ? { details: { ...e.details } } : {};
     return { status, body: { error: { code: e.code, message: e.message, ...details } } };
@@ -83,7 +64,7 @@ export function toHttpError(error: unknown, options: { log?: Logger; fields?: Re
 function serverFailureSentence(e: TackError, status: number): string {
   const service = serviceOf(e);
   const named = service ? `the ${service} service` : "a Tack service behind the gateway";
-  switch (e.code) {
+  switch (e.code as ErrorCode) {
     case "bus.no_responders":
       return `no ${service ?? "Tack"} service answers; start Tack with \`tack up\``;
     case "bus.unreachable":
@@ -95,10 +76,13 @@ function serverFailureSentence(e: TackError, status: number): string {
     case "internal":
       return "the gateway failed unexpectedly; retry, and give the operator the request id if it persists";
   }
-  if (e instanceof GatewayError) {
+  if (e instanceof GatewayError || e.code.startsWith("gateway.")) {
     return status === 503 ? "the gateway cannot serve this request right now; retry shortly"
       : "the gateway failed to handle the request; retry, and give the operator the request id if it persists";
   }
+  // 503: a service the named one needs is not running (loop.tools_unavailable, …); 504: it was too slow.
+  if (status === 503) return `${named} cannot serve this request right now; retry shortly, and start Tack with \`tack up\` if it persists`;
+  if (status === 504) return `${named} did not finish in time; retry`;
   return `${named} failed to handle the request; retry, and give the operator the request id if it persists`;
 }
 
@@ -111,26 +95,30 @@ function serviceOf(e: TackError): string | undefined {
 }
 
 /**
- * Turns anything a handler throws into a JSON error response (`{ error: { code, message } }`),
- * recording it on the request span and logging server-side failures.
+ * The REST answer to a failure: status, body and headers (`www-authenticate` on 401,
+ * `retry-after` when the refusal says when to retry, `connection: close` on 413 so that the rest
+ * of an oversize upload is not read). A 5xx is logged by `toHttpError` under its request id.
  */
-export function respondWithErrors(log: Logger): Interceptor {
-  return async (exchange, next) => {
-    try {
-      await next();
-    } catch (error) {
-      // A 5xx is logged by toHttpError with its full message, under the request id its body carries.
-      const { status, body } = toHttpError(error, { log, fields: { method: exchange.req.method, route: exchange.route } });
-      trace.getActiveSpan()?.recordException(error as Error);
-      if (exchange.res.headersSent) {
-        exchange.res.end();
-        return;
-      }
-      const headers: Record<string, string> = {};
-      if (status === 401) headers["www-authenticate"] = 'Bearer realm="tack"';
-      // Do not read the rest of an oversize upload: close the connection after answering.
-      if (status === 413) headers.connection = "close";
-      sendJson(exchange.res, status, body, headers);
-    }
+export function errorReply(error: unknown, options: { log?: Logger; fields?: Record<string, unknown> } = {}): { status: number; body: ErrorBody; headers: Record<string, string> } {
+  const { status, body } = toHttpError(error, options);
+  trace.getActiveSpan()?.recordException(error as Error);
+  const headers: Record<string, string> = {};
+  if (status === 401) headers["www-authenticate"] = 'Bearer realm="tack"';
+  const retry = body.error.details?.retry_after_seconds;
+  if (status === 429 && retry) headers["retry-after"] = retry;
+  if (status === 413) headers.connection = "close";
+  return { status, body, headers };
+}
+
+/** The gRPC status number for a failure: the catalogue's for its code, else the one that agrees with its HTTP status. */
+export function grpcStatusOf(error: unknown): number {
+  const e = TackError.from(error);
+  const status = e instanceof GatewayError ? e.status : httpStatusOf(e.code);
+  const catalogued = errorSpec(e.code);
+  if (catalogued && (!(e instanceof GatewayError) || HTTP_FOR_GRPC[catalogued.grpc].includes(status as never))) return GRPC_STATUS_NUMBERS[catalogued.grpc];
+  const byHttp: Record<number, GrpcStatus> = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 405: "UNIMPLEMENTED", 409: "FAILED_PRECONDITION",
+    413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
   };
+  return GRPC_STATUS_NUMBERS[byHttp[status] ?? "UNKNOWN"];
 }

@@ -1,7 +1,9 @@
+import type { FastifyInstance } from "fastify";
 import type { Dialect } from "kysely";
 import { z } from "zod";
 import { assertToken, TackError, type BusAuth } from "@tack/bus";
 import { loadOperatorConfig, type OperatorConfig } from "@tack/config";
+import { postgresUrlProblem, type IndexLocation } from "./db.js";
 import { resolveConfiguredKeys, type ResolvedKey, type Role } from "./keys.js";
 
 /** One accepted API key and the tenant whose sessions it opens. */
@@ -26,6 +28,13 @@ export interface GatewayOptions {
   host?: string;
   /** Port to listen on (default 7700); 0 picks a free port. */
   port?: number;
+  /** Port of the gRPC server (same host; 0 picks a free port); none: gRPC is off (main.ts: TACK_GATEWAY_GRPC_PORT). */
+  grpcPort?: number;
+  /**
+   * Registers what the gateway serves beside the API, in its own Fastify scope: the web UI's
+   * static files (src/ui.ts). Its routes must not be under /v1.
+   */
+  web?: (app: FastifyInstance) => Promise<void> | void;
   /**
    * Keys given at start (main.ts: TACK_API_KEY), in addition to the operator configuration's
    * `keys`; keys stored from earlier starts and listed in neither stop working (keys created
@@ -34,9 +43,15 @@ export interface GatewayOptions {
   apiKeys?: readonly ApiKey[];
   /** Tenants, their policy and configured keys; default `loadOperatorConfig()` (TACK_CONFIG). */
   operator?: OperatorConfig;
-  /** SQLite file of the session index (`:memory:` for a throwaway index). Ignored when `dialect` is set. */
+  /** SQLite file of the session index (`:memory:` for a throwaway index). Ignored when `postgresUrl` or `dialect` is set. */
   sqlitePath?: string;
-  /** Any other kysely dialect for the index, e.g. `PostgresDialect` for a team deployment. */
+  /**
+   * PostgreSQL database of the session index, `postgres://USER:PASSWORD@HOST:5432/DATABASE`
+   * (`postgresql://` too; `?sslmode=require` and the other libpq parameters pg reads): what gateway
+   * replicas share. Ignored when `dialect` is set.
+   */
+  postgresUrl?: string;
+  /** Any other kysely dialect for the index. */
   dialect?: Dialect;
   /** Interval of `: keepalive` comments on idle event streams (default 15,000 ms). */
   keepaliveMs?: number;
@@ -50,10 +65,11 @@ export interface CompiledOptions {
   readonly namespace: string;
   readonly host: string;
   readonly port: number;
+  readonly grpcPort: number | undefined;
   /** Every key from the start options and the operator configuration, as hashes. */
   readonly keys: readonly ResolvedKey[];
   readonly operator: OperatorConfig;
-  readonly database: { readonly sqlitePath: string } | { readonly dialect: Dialect };
+  readonly database: IndexLocation;
   readonly keepaliveMs: number;
   readonly loopTimeoutMs: number;
 }
@@ -63,6 +79,7 @@ const Scalars = z.object({
   namespace: z.string().default("tack"),
   host: z.string().min(1).default("127.0.0.1"),
   port: z.number().int().min(0).max(65_535, "port must be 0-65535").default(7700),
+  grpcPort: z.number().int().min(0).max(65_535, "grpcPort must be 0-65535").optional(),
   keepaliveMs: z.number().int().positive().default(15_000),
   loopTimeoutMs: z.number().int().positive().default(30_000),
 });
@@ -97,9 +114,20 @@ export function compileOptions(options: GatewayOptions): CompiledOptions {
   } catch (error) {
     throw badOptions((error as Error).message);
   }
-  const database = options.dialect ? { dialect: options.dialect } : options.sqlitePath ? { sqlitePath: options.sqlitePath } : undefined;
-  if (!database) throw badOptions("no session index configured; pass sqlitePath (a file, or `:memory:`) or a kysely dialect");
-  return { ...parsed.data, keys, operator, database };
+  const database = indexLocation(options);
+  if (!database) throw badOptions("no session index configured; pass sqlitePath (a file, or `:memory:`), postgresUrl or a kysely dialect");
+  return { ...parsed.data, grpcPort: parsed.data.grpcPort, keys, operator, database };
+}
+
+/** The index the options name (a dialect first, then a PostgreSQL URL, then a SQLite file). */
+function indexLocation(options: GatewayOptions): IndexLocation | undefined {
+  if (options.dialect) return { dialect: options.dialect };
+  if (options.postgresUrl !== undefined) {
+    const problem = postgresUrlProblem(options.postgresUrl);
+    if (problem) throw badOptions(`postgresUrl: ${problem}`);
+    return { postgresUrl: options.postgresUrl };
+  }
+  return options.sqlitePath ? { sqlitePath: options.sqlitePath } : undefined;
 }
 
 function badOptions(message: string): TackError {

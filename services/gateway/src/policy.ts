@@ -5,7 +5,7 @@
 // `budget_usd` are enforced by the sandbox service and the loop, which read the same file.
 import { modeRank, SANDBOX_MODES, tenantPolicy, type OperatorConfig, type SandboxMode, type TenantPolicy } from "@tack/config";
 import { GatewayError } from "./errors.js";
-import type { Exchange, Interceptor } from "./http.js";
+import type { Call } from "./call.js";
 import type { SessionIndex } from "./store.js";
 
 /** One open event stream: aborted when its key is revoked. */
@@ -58,31 +58,26 @@ export class TenantPolicies {
   }
 
   /**
-   * An interceptor (after authentication) that spends one token of the tenant's bucket per
-   * request: `requests_per_minute` tokens, refilled evenly over the minute, so a burst of a
-   * full minute's worth is allowed. Refused with 429 and `retry-after`.
+   * Spends one token of the tenant's bucket for a call (after authentication):
+   * `requests_per_minute` tokens, refilled evenly over the minute, so a burst of a full minute's
+   * worth is allowed. Refused with 429 naming when to retry (`details.retry_after_seconds`, sent
+   * as `retry-after`).
    */
-  limitRequests(): Interceptor {
-    return async (exchange, next) => {
-      const tenant = exchange.tenant;
-      if (tenant === undefined) return next();
-      const perMinute = this.policy(tenant).requests_per_minute;
-      const rate = perMinute / 60_000;
-      const now = Date.now();
-      const bucket = this.#buckets.get(tenant) ?? { tokens: perMinute, at: now };
-      bucket.tokens = Math.min(perMinute, bucket.tokens + (now - bucket.at) * rate);
-      bucket.at = now;
-      this.#buckets.set(tenant, bucket);
-      if (bucket.tokens < 1) {
-        const seconds = Math.max(1, Math.ceil((1 - bucket.tokens) / rate / 1000));
-        exchange.res.setHeader("retry-after", String(seconds));
-        throw limitError(429, "gateway.limit_exceeded",
-          `tenant ${tenant} may make at most ${perMinute} requests per minute (requests_per_minute); retry in ${seconds} s or ask the operator to raise it`,
-          "requests_per_minute", String(perMinute), { retry_after_seconds: String(seconds) });
-      }
-      bucket.tokens -= 1;
-      return next();
-    };
+  spendRequest(tenant: string): void {
+    const perMinute = this.policy(tenant).requests_per_minute;
+    const rate = perMinute / 60_000;
+    const now = Date.now();
+    const bucket = this.#buckets.get(tenant) ?? { tokens: perMinute, at: now };
+    bucket.tokens = Math.min(perMinute, bucket.tokens + (now - bucket.at) * rate);
+    bucket.at = now;
+    this.#buckets.set(tenant, bucket);
+    if (bucket.tokens < 1) {
+      const seconds = Math.max(1, Math.ceil((1 - bucket.tokens) / rate / 1000));
+      throw limitError(429, "gateway.limit_exceeded",
+        `tenant ${tenant} may make at most ${perMinute} requests per minute (requests_per_minute); retry in ${seconds} s or ask the operator to raise it`,
+        "requests_per_minute", String(perMinute), { retry_after_seconds: String(seconds) });
+    }
+    bucket.tokens -= 1;
   }
 
   /** Refuses a sandbox mode wider than the tenant's `max_sandbox_mode` with 403 `gateway.mode_not_allowed`. */
@@ -101,10 +96,10 @@ export class TenantPolicies {
    * a model provider outside `model_providers` (403 `gateway.provider_not_allowed`), a sandbox
    * mode wider than `max_sandbox_mode` (403), or `max_sessions` reached (429). Resolves to the
    * sandbox mode to use: the requested one, else workspace-write or the tenant's widest if
-   * narrower. The admitted creation counts against `max_sessions` until its response is sent.
+   * narrower. The admitted creation counts against `max_sessions` until `release` is called
+   * (once it is in the index, or failed).
    */
-  async admitSession(exchange: Exchange, request: { model: string; sandboxMode: SandboxMode | undefined }): Promise<SandboxMode> {
-    const tenant = exchange.tenant!;
+  async admitSession(tenant: string, request: { model: string; sandboxMode: SandboxMode | undefined }): Promise<{ mode: SandboxMode; release(): void }> {
     const policy = this.policy(tenant);
     const provider = request.model.slice(0, request.model.indexOf(":"));
     if (policy.model_providers !== undefined && !policy.model_providers.includes(provider)) {
@@ -141,9 +136,7 @@ export class TenantPolicies {
       if (left > 0) this.#pending.set(tenant, left);
       else this.#pending.delete(tenant);
     };
-    exchange.res.once("finish", release);
-    exchange.res.once("close", release);
-    return mode;
+    return { mode, release };
   }
 
   /**
@@ -151,8 +144,8 @@ export class TenantPolicies {
    * `max_event_streams`. The returned signal aborts when the caller's key is revoked;
    * `close` must be called when the stream ends.
    */
-  openStream(exchange: Exchange): { signal: AbortSignal; close(): void } {
-    const tenant = exchange.tenant!;
+  openStream(call: Call): { signal: AbortSignal; close(): void } {
+    const tenant = call.tenant;
     const max = this.policy(tenant).max_event_streams;
     const open = this.#streams.get(tenant) ?? new Set<OpenStream>();
     if (open.size >= max) {
@@ -160,7 +153,7 @@ export class TenantPolicies {
         `tenant ${tenant} may have at most ${max} event streams open at once (max_event_streams); close one or ask the operator to raise it`,
         "max_event_streams", String(max));
     }
-    const stream: OpenStream = { keyHash: exchange.caller!.keyHash, abort: new AbortController() };
+    const stream: OpenStream = { keyHash: call.caller.keyHash, abort: new AbortController() };
     open.add(stream);
     this.#streams.set(tenant, open);
     this.#watch();

@@ -1,5 +1,3 @@
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { Kysely } from "kysely";
 import { Bus, TackError } from "@tack/bus";
@@ -8,44 +6,48 @@ import { logger } from "@tack/telemetry";
 import { createKey, listKeys, listTenants, revokeKey } from "./admin.js";
 import { answerQuestion, decideApproval, decidePlan } from "./approvals.js";
 import { AuditLog, callerKeyId, listAudit } from "./audit.js";
-import { authenticate } from "./auth.js";
+import { forgetKey } from "./auth.js";
+import { ReplicaChanges } from "./changes.js";
+import type { Operation } from "./call.js";
+import { sessionContext } from "./context.js";
+import { forkSession, importSession } from "./copy.js";
 import { openDatabase, ping, type Database } from "./db.js";
 import { deleteSession, deleteSessionRoute, startRetentionSweep } from "./deletion.js";
-import { GatewayError, respondWithErrors } from "./errors.js";
-import { streamEvents } from "./events.js";
-import { compose, sendJson, type Exchange, type Handler } from "./http.js";
+import { exportSession } from "./export.js";
+import { SessionFeeds } from "./feeds.js";
+import { startGrpc, type GrpcGateway } from "./grpc.js";
 import { setPlanMode, setSandboxMode, setSessionMode } from "./mode.js";
-import { tenantUsage } from "./usage.js";
-import { sessionContext } from "./context.js";
+import { openApiDocument } from "./openapi.js";
 import { compileOptions, type GatewayOptions } from "./options.js";
 import { TenantPolicies } from "./policy.js";
+import { buildRest } from "./rest.js";
 import { getTodos } from "./session-state.js";
-import { createSession, getSession, listSessions, submitMessage, type GatewayContext } from "./sessions.js";
+import { archiveSession, cancelTurn, compactSession, createSession, getSession, listSessions, submitMessage, type GatewayContext } from "./sessions.js";
 import { SessionIndex } from "./store.js";
-import { traceRequest } from "./tracing.js";
-import { WorkspaceIndex, WorkspaceRoutes } from "./workspaces.js";
+import { tenantUsage } from "./usage.js";
 import { webSearchHealth } from "./web.js";
+import { WorkspaceIndex, WorkspaceOperations } from "./workspaces.js";
 
 /** A running gateway. */
 export interface Gateway {
   /** Base URL, e.g. `http://127.0.0.1:7700`. */
   readonly url: string;
   readonly port: number;
+  /** The gRPC port, when gRPC is served (`grpcPort`). */
+  readonly grpcPort: number | undefined;
+  /** Every REST route the server answers (method and Fastify path, HEAD left out), for checking the OpenAPI document against. */
+  readonly routes: readonly { readonly method: string; readonly url: string }[];
   /** Ends event streams, stops accepting requests, and closes the bus and the index. */
   stop(): Promise<void>;
 }
 
-interface Route {
-  readonly method: string;
-  readonly pattern: string;
-  readonly handler: Handler;
-}
-
 const log = logger("gateway");
+const VERSION = "0.1.0";
 
 /**
- * Starts the HTTP gateway: opens and migrates the session index, stores the configured API
- * key hashes, connects to the bus and listens.
+ * Starts the gateway: opens and migrates the session index, stores the configured API key
+ * hashes, connects to the bus, and serves REST + SSE (Fastify) and, with `grpcPort`, gRPC.
+ * `options.web` registers what the gateway serves beside the API (the web UI, src/ui.ts).
  */
 export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const compiled = compileOptions(options);
@@ -66,109 +68,90 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       throw new TackError("gateway.jetstream_unavailable", `NATS at ${compiled.natsUrl} has no JetStream (${(error as Error).message}); start nats-server with -js`, { cause: error });
     });
     const shutdown = new AbortController();
-    const context: GatewayContext = { bus, jsm, index, options: compiled, policy, shutdown: shutdown.signal, audit: new AuditLog(db), workspaces: new WorkspaceIndex(db) };
-    const workspaceRoutes = new WorkspaceRoutes(context, context.workspaces, async (exchange, sessionId) => {
-      const row = await index.getSession(exchange.tenant!, sessionId);
-      if (row) await deleteSession(context, row, { kind: "api_key", keyId: callerKeyId(exchange) }, { reason: "workspace deleted" });
+    // What another replica changed: a revoked key is no longer trusted here and its streams end; a changed session row is read again.
+    const changes = new ReplicaChanges(bus, (change) => {
+      if ("key" in change) {
+        forgetKey(index, change.key);
+        policy.endStreamsOf(change.key);
+      } else index.forgetSession(change.session);
+    });
+    cleanup.push(async () => changes.close());
+    index.onSessionChange((id) => changes.announce({ session: id }));
+    const feeds = new SessionFeeds(bus, jsm);
+    cleanup.push(async () => feeds.close());
+    const context: GatewayContext = { bus, jsm, index, options: compiled, policy, shutdown: shutdown.signal, audit: new AuditLog(db), workspaces: new WorkspaceIndex(db), feeds, changes };
+    const workspaces = new WorkspaceOperations(context, context.workspaces, async (call, sessionId) => {
+      const row = await index.getSession(call.tenant, sessionId);
+      if (row) await deleteSession(context, row, { kind: "api_key", keyId: callerKeyId(call) }, { reason: "workspace deleted" });
     });
     const { retention } = compiled.operator;
     const sweeper = startRetentionSweep(context, { maxAgeDays: retention.sessionMaxAgeDays, intervalMs: retention.sweepIntervalMinutes * 60_000 }, log);
     cleanup.push(() => sweeper.stop());
 
-    const routes: Route[] = [
-      { method: "GET", pattern: "/healthz", handler: health(context, db) },
-      { method: "POST", pattern: "/v1/sessions", handler: createSession(context) },
-      { method: "GET", pattern: "/v1/sessions", handler: listSessions(context) },
-      { method: "GET", pattern: "/v1/sessions/:id", handler: getSession(context) },
-      { method: "DELETE", pattern: "/v1/sessions/:id", handler: deleteSessionRoute(context) },
-      { method: "POST", pattern: "/v1/sessions/:id/messages", handler: submitMessage(context) },
-      { method: "GET", pattern: "/v1/sessions/:id/events", handler: streamEvents(context) },
-      { method: "POST", pattern: "/v1/sessions/:id/approvals/:call_id", handler: decideApproval(context) },
-      { method: "POST", pattern: "/v1/sessions/:id/sandbox_mode", handler: setSandboxMode(context) },
-      { method: "POST", pattern: "/v1/sessions/:id/questions/:call_id", handler: answerQuestion(context) },
-      { method: "POST", pattern: "/v1/sessions/:id/plan", handler: decidePlan(context) },
-      { method: "POST", pattern: "/v1/sessions/:id/plan_mode", handler: setPlanMode(context) },
-      { method: "POST", pattern: "/v1/sessions/:id/mode", handler: setSessionMode(context) },
-      { method: "GET", pattern: "/v1/sessions/:id/todos", handler: getTodos(context) },
-      { method: "GET", pattern: "/v1/sessions/:id/context", handler: sessionContext(context) },
-      { method: "GET", pattern: "/v1/usage", handler: tenantUsage(context) },
-      { method: "GET", pattern: "/v1/audit", handler: listAudit(context.audit) },
-      { method: "GET", pattern: "/v1/web/search/health", handler: webSearchHealth(context) },
-      { method: "POST", pattern: "/v1/workspaces", handler: workspaceRoutes.create() },
-      { method: "GET", pattern: "/v1/workspaces", handler: workspaceRoutes.list() },
-      { method: "GET", pattern: "/v1/workspaces/:id/archive", handler: workspaceRoutes.archive() },
-      { method: "DELETE", pattern: "/v1/workspaces/:id", handler: workspaceRoutes.delete() },
-      { method: "POST", pattern: "/v1/admin/keys", handler: createKey(context) },
-      { method: "GET", pattern: "/v1/admin/keys", handler: listKeys(context) },
-      { method: "DELETE", pattern: "/v1/admin/keys/:id", handler: revokeKey(context) },
-      { method: "GET", pattern: "/v1/admin/tenants", handler: listTenants(context) },
-    ];
-    const interceptors = [traceRequest, respondWithErrors(log), authenticate(index), policy.limitRequests()];
-    const chains = new Map(routes.map((r) => [r, compose(interceptors, r.handler)]));
-    const unmatched = compose(interceptors, async (exchange) => {
-      const allowed = routes.filter((r) => matchPattern(r.pattern, exchange.url.pathname)).map((r) => r.method);
-      if (allowed.length > 0) {
-        exchange.res.setHeader("allow", allowed.join(", "));
-        throw new GatewayError(405, "gateway.method_not_allowed", `${exchange.req.method} is not supported on ${exchange.url.pathname}; use ${allowed.join(" or ")}`);
-      }
-      throw new GatewayError(404, "gateway.route_not_found", `no route ${exchange.req.method} ${exchange.url.pathname}; the API is under /v1/sessions`);
-    });
-
-    const serve = (req: IncomingMessage, res: ServerResponse) => {
-      let url: URL;
-      try {
-        // Prefix instead of a base URL so that a path like `//host/x` is not read as a host.
-        url = new URL(`http://gateway${req.url ?? "/"}`);
-      } catch {
-        sendJson(res, 400, { error: { code: "gateway.bad_url", message: `request target ${JSON.stringify(req.url)} is not a valid path` } });
-        return;
-      }
-      let chain = unmatched;
-      let route: Route | undefined;
-      let params: Record<string, string> = {};
-      for (const r of routes) {
-        const found = r.method === req.method ? matchPattern(r.pattern, url.pathname) : undefined;
-        if (found) {
-          [route, params, chain] = [r, found, chains.get(r)!];
-          break;
-        }
-      }
-      // While stopping, a connection that finishes its response is idle: close it now rather
-      // than after the keep-alive timeout.
-      res.once("finish", () => {
-        if (shutdown.signal.aborted) setImmediate(() => server.closeIdleConnections());
-      });
-      const exchange: Exchange = { req, res, url, route: route?.pattern, params, tenant: undefined };
-      chain(exchange).catch((error: unknown) => {
-        // respondWithErrors catches handler failures; this is only reached if writing the error failed.
-        log.error("request aborted", { error: (error as Error).message });
-        res.destroy();
-      });
+    // One function per unary rpc of tack.gateway.v1.Gateway; REST and gRPC both call these.
+    const operations: Record<string, Operation> = {
+      CreateSession: createSession(context),
+      ListSessions: listSessions(context),
+      GetSession: getSession(context),
+      DeleteSession: deleteSessionRoute(context),
+      SubmitMessage: submitMessage(context),
+      DecideApproval: decideApproval(context),
+      AnswerQuestion: answerQuestion(context),
+      DecidePlan: decidePlan(context),
+      SetPlanMode: setPlanMode(context),
+      SetSessionMode: setSessionMode(context),
+      SetSandboxMode: setSandboxMode(context),
+      GetTodos: getTodos(context),
+      GetContext: sessionContext(context),
+      CancelTurn: cancelTurn(context),
+      CompactSession: compactSession(context),
+      ArchiveSession: archiveSession(context),
+      ExportSession: exportSession(context),
+      ForkSession: forkSession(context),
+      ImportSession: importSession(context),
+      GetUsage: tenantUsage(context),
+      ListAudit: listAudit(context.audit),
+      WebSearchHealth: webSearchHealth(context),
+      ListWorkspaces: workspaces.list(),
+      DeleteWorkspace: workspaces.delete(),
+      CreateKey: createKey(context),
+      ListKeys: listKeys(context),
+      RevokeKey: revokeKey(context),
+      ListTenants: listTenants(context),
     };
-    // Discoverable as micro-service tack-gateway ($SRV.PING/INFO/STATS).
-    await registerMicro(bus, { service: "gateway", description: "HTTP API of Tack" });
-    const server = createServer(serve);
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", (error: NodeJS.ErrnoException) => reject(new TackError(
-        "gateway.listen_failed",
-        `cannot listen on ${compiled.host}:${compiled.port} (${error.code ?? error.message}); set TACK_GATEWAY_PORT to a free port or stop the other process`,
-        { cause: error },
-      )));
-      server.listen(compiled.port, compiled.host, () => resolve());
+    let document: Record<string, unknown> | undefined;
+    const routes: { method: string; url: string }[] = [];
+    const app = await buildRest({
+      context, operations, workspaces, log,
+      health: () => health(context, db),
+      openapi: () => (document ??= openApiDocument(VERSION)),
+      extra: options.web,
+      onRoute: (method, url) => routes.push({ method, url }),
     });
-    const port = (server.address() as AddressInfo).port;
+    cleanup.push(() => app.close());
+    // Discoverable as micro-service tack-gateway ($SRV.PING/INFO/STATS).
+    await registerMicro(bus, { service: "gateway", description: "HTTP and gRPC API of Tack" });
+    await app.listen({ port: compiled.port, host: compiled.host }).catch((error: NodeJS.ErrnoException) => {
+      throw new TackError("gateway.listen_failed", `cannot listen on ${compiled.host}:${compiled.port} (${error.code ?? error.message}); set TACK_GATEWAY_PORT to a free port or stop the other process`, { cause: error });
+    });
+    let grpc: GrpcGateway | undefined;
+    if (compiled.grpcPort !== undefined) {
+      grpc = await startGrpc({ context, operations, workspaces, log, health: () => health(context, db) }, compiled.host, compiled.grpcPort);
+      cleanup.push(() => grpc!.stop());
+    }
+    const port = app.server.address() && typeof app.server.address() === "object" ? (app.server.address() as { port: number }).port : compiled.port;
     const host = compiled.host.includes(":") ? `[${compiled.host}]` : compiled.host;
     let stopped: Promise<void> | undefined;
     return {
       url: `http://${host}:${port}`,
       port,
+      grpcPort: grpc?.port,
+      routes,
       stop: () => stopped ??= (async () => {
         shutdown.abort();
-        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-        server.closeIdleConnections();
         // Requests still running after a grace period are cut rather than holding the stop forever.
-        const grace = setTimeout(() => server.closeAllConnections(), 5_000);
-        await closed;
+        const grace = setTimeout(() => app.server.closeAllConnections(), 5_000);
+        await Promise.all([app.close(), grpc?.stop()]);
         clearTimeout(grace);
         await unwind();
       })(),
@@ -179,33 +162,10 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   }
 }
 
-/** Matches a path against a pattern like `/v1/sessions/:id`; returns the parameters or undefined. */
-function matchPattern(pattern: string, path: string): Record<string, string> | undefined {
-  const want = pattern.split("/");
-  const got = path.split("/");
-  if (want.length !== got.length) return undefined;
-  const params: Record<string, string> = {};
-  for (let i = 0; i < want.length; i++) {
-    const w = want[i]!;
-    const g = got[i]!;
-    if (w.startsWith(":")) {
-      if (g === "") return undefined;
-      try {
-        params[w.slice(1)] = decodeURIComponent(g);
-      } catch {
-        return undefined;
-      }
-    } else if (w !== g) return undefined;
-  }
-  return params;
-}
-
 /** `GET /healthz` (no auth): 200 when the index answers and the bus connection is open, else 503. */
-function health(context: GatewayContext, db: Kysely<Database>): Handler {
-  return async (exchange) => {
-    const problems: string[] = [];
-    await ping(db).catch((error: unknown) => problems.push(`session index: ${(error as Error).message}`));
-    if (context.bus.nc.isClosed()) problems.push("bus: the NATS connection is closed");
-    sendJson(exchange.res, problems.length === 0 ? 200 : 503, problems.length === 0 ? { status: "ok" } : { status: "unavailable", problems });
-  };
+async function health(context: GatewayContext, db: Kysely<Database>): Promise<{ status: number; body: unknown }> {
+  const problems: string[] = [];
+  await ping(db).catch((error: unknown) => problems.push(`session index: ${(error as Error).message}`));
+  if (context.bus.nc.isClosed()) problems.push("bus: the NATS connection is closed");
+  return problems.length === 0 ? { status: 200, body: { status: "ok" } } : { status: 503, body: { status: "unavailable", problems } };
 }

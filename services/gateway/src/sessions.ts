@@ -1,23 +1,19 @@
-import { isAbsolute } from "node:path";
 import type { JetStreamManager } from "@nats-io/jetstream";
-import { SANDBOX_MODES } from "@tack/config";
-import { z } from "zod";
-import { TackError, type Bus, type Codec } from "@tack/bus";
-import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
-import { readAll } from "@tack/log";
+import { DEFAULT_SILENCE_MS, TackError, type Bus, type Codec } from "@tack/bus";
+import type { SandboxMode } from "@tack/config";
+import { CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse, CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
 import type { AuditLog } from "./audit.js";
-import { readJson } from "./body.js";
+import type { Call, Operation, Reply } from "./call.js";
 import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
-import { sendJson, type Exchange, type Handler } from "./http.js";
+import type { ReplicaChanges } from "./changes.js";
+import type { SessionFeeds, SessionView } from "./feeds.js";
 import type { CompiledOptions } from "./options.js";
 import type { TenantPolicies } from "./policy.js";
-import type { SessionIndex, SessionRow } from "./store.js";
-import { sessionState } from "./session-state.js";
-import { sessionUsage } from "./usage.js";
+import type { SessionFilter, SessionIndex, SessionRow } from "./store.js";
 import { sessionWorkspace, type WorkspaceIndex } from "./workspaces.js";
 
-/** What the route handlers work with. */
+/** What the operations work with. */
 export interface GatewayContext {
   readonly bus: Bus;
   readonly jsm: JetStreamManager;
@@ -31,39 +27,14 @@ export interface GatewayContext {
   readonly audit: AuditLog;
   /** The tenants' managed workspaces. */
   readonly workspaces: WorkspaceIndex;
+  /** Live views of the session logs in use: state for GetSession, events for followers. */
+  readonly feeds: SessionFeeds;
+  /** Tells the other gateway replicas what this one changed. */
+  readonly changes: ReplicaChanges;
 }
 
-const required = (what: string) => (issue: { input: unknown }) => (issue.input === undefined ? `is required: ${what}` : "must be a string");
-
-const CreateSessionBody = z.strictObject({
-  workspace: z.string({ error: "must be a string: the absolute path of a project folder under one of your tenant's workspace roots" })
-    .refine(isAbsolute, { error: (issue) => `must be an absolute host path, got ${JSON.stringify(issue.input)}` }).optional(),
-  workspace_id: z.string({ error: "must be a string: the id of a managed workspace (POST /v1/workspaces)" }).regex(/^ws_[0-9a-f]{20}$/, "must be a managed workspace id like ws_0123456789abcdef0123").optional(),
-  model: z.string({ error: required("a model reference such as deepseek:deepseek-chat") })
-    .regex(/^[a-z0-9][a-z0-9_-]*:\S.*$/, "must be <provider>:<model>, e.g. deepseek:deepseek-chat or scripted:/abs/script.json"),
-  // Which modes exist is the tools service's to say: the loop asks it and refuses an unknown one, naming those it has.
-  mode: z.string({ error: "must be a string: standard, code, minimal or creator" }).regex(/^[a-z][a-z0-9_-]{0,31}$/, "must be a mode name such as standard or code").default("standard"),
-  plan_mode: z.boolean({ error: "must be true or false" }).default(false),
-  // Absent: workspace-write, or the tenant's widest mode when that is narrower (TenantPolicies.admitSession).
-  sandbox_mode: z.enum(SANDBOX_MODES).optional(),
-  approval_policy: z.enum(["ask", "never"]).default("ask"),
-  title: z.string().max(200, "must be at most 200 characters").default(""),
-  budget_usd: z.number().positive("must be a positive amount of US dollars").optional(),
-});
-
-const SubmitMessageBody = z.strictObject({
-  text: z.string({ error: required("the message to send") })
-    .max(100_000, "must be at most 100,000 characters")
-    .refine((t) => t.trim() !== "", "must not be empty"),
-});
-
-const ListQuery = z.object({
-  limit: z.coerce.number({ error: "must be a number" }).int("must be an integer").min(1, "must be at least 1").max(200, "must be at most 200").default(50),
-  offset: z.coerce.number({ error: "must be a number" }).int("must be an integer").min(0, "must be at least 0").default(0),
-});
-
-/** The JSON form of an index row. */
-function sessionJson(context: GatewayContext, row: SessionRow) {
+/** The JSON form of an index row (`tack.gateway.v1.Session`). */
+export function sessionJson(context: GatewayContext, row: SessionRow) {
   return {
     id: row.id, tenant: row.tenant, title: row.title, model: row.model, mode: row.mode, workspace: row.workspace,
     sandbox_mode: row.sandbox_mode, approval_policy: row.approval_policy, subject: context.bus.names.logSubject(row.tenant, row.id),
@@ -71,75 +42,134 @@ function sessionJson(context: GatewayContext, row: SessionRow) {
   };
 }
 
-/** The caller's session named in the path; 404 when it does not exist or belongs to another tenant. */
-export async function requireSession(context: GatewayContext, exchange: Exchange): Promise<SessionRow> {
-  const id = exchange.params.id!;
-  const row = await context.index.getSession(exchange.tenant!, id);
-  if (!row) throw new GatewayError(404, "gateway.session_not_found", `no session ${JSON.stringify(id)} for this API key; list yours with GET /v1/sessions`);
+/** The caller's session `id`; 404 when it does not exist or belongs to another tenant. */
+export async function requireSession(context: GatewayContext, call: Call, id: unknown): Promise<SessionRow> {
+  const text = typeof id === "string" ? id : "";
+  const row = text === "" ? undefined : await context.index.getSession(call.tenant, text);
+  if (!row) throw new GatewayError(404, "gateway.session_not_found", `no session ${JSON.stringify(text)} for this API key; list yours with GET /v1/sessions`);
   return row;
 }
 
-/** `POST /v1/sessions`: asks the loop to create a session, then indexes it. */
-export function createSession(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const body = await readJson(exchange.req, CreateSessionBody);
-    if ((body.workspace === undefined) === (body.workspace_id === undefined)) {
+/** `CreateSession`: asks the loop to create a session, then indexes it. */
+export function createSession(context: GatewayContext): Operation {
+  return async (call, body) => {
+    const workspace = body.workspace as string | undefined;
+    const workspaceId = body.workspace_id as string | undefined;
+    if ((workspace === undefined) === (workspaceId === undefined)) {
       throw new GatewayError(400, "gateway.invalid_request", "invalid request body: give exactly one of workspace (an absolute path under your tenant's workspace roots) or workspace_id (a managed workspace from POST /v1/workspaces)");
     }
-    const sandboxMode = await context.policy.admitSession(exchange, { model: body.model, sandboxMode: body.sandbox_mode });
-    const workspace = await sessionWorkspace(context, context.workspaces, exchange.tenant!, body);
-    const tenant = exchange.tenant!;
-    const { bus } = context;
-    const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
-      tenant, mode: body.mode, model: body.model, workspace, sandboxMode, approvalPolicy: body.approval_policy, title: body.title, budgetUsd: body.budget_usd ?? 0,
-      planMode: body.plan_mode,
-    }), CreateSessionResponse, { timeoutMs: context.options.loopTimeoutMs });
-    const at = timestamp();
-    const row: SessionRow = {
-      id: created.sessionId, tenant, title: body.title, model: body.model, mode: body.mode, workspace,
-      sandbox_mode: sandboxMode, approval_policy: body.approval_policy, created_at: at, updated_at: at, archived: 0,
-    };
-    await context.index.insertSession(row);
-    sendJson(exchange.res, 201, { ...sessionJson(context, row), plan_mode: body.plan_mode, subject: created.subject }, { location: `/v1/sessions/${row.id}` });
+    const model = body.model as string;
+    const mode = (body.mode as string | undefined) || "standard";
+    const title = (body.title as string | undefined) ?? "";
+    const approvalPolicy = (body.approval_policy as string | undefined) || "ask";
+    const planMode = body.plan_mode === true;
+    const admitted = await context.policy.admitSession(call.tenant, { model, sandboxMode: body.sandbox_mode as SandboxMode | undefined });
+    try {
+      const path = await sessionWorkspace(context, context.workspaces, call.tenant, { workspace, workspace_id: workspaceId });
+      const tenant = call.tenant;
+      const { bus } = context;
+      const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
+        tenant, mode, model, workspace: path, sandboxMode: admitted.mode, approvalPolicy, title, budgetUsd: (body.budget_usd as number | undefined) ?? 0, planMode,
+      }), CreateSessionResponse, { timeoutMs: context.options.loopTimeoutMs });
+      const at = timestamp();
+      const row: SessionRow = {
+        id: created.sessionId, tenant, title, model, mode, workspace: path,
+        sandbox_mode: admitted.mode, approval_policy: approvalPolicy, created_at: at, updated_at: at, archived: 0,
+      };
+      await context.index.insertSession(row);
+      return { body: { ...sessionJson(context, row), plan_mode: planMode, subject: created.subject }, headers: { location: `/v1/sessions/${row.id}` } };
+    } finally {
+      admitted.release();
+    }
   };
 }
 
-/** `GET /v1/sessions`: the caller's sessions, newest first. */
-export function listSessions(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const parsed = ListQuery.safeParse(Object.fromEntries(exchange.url.searchParams));
-    if (!parsed.success) {
-      const problems = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
-      throw new GatewayError(400, "gateway.invalid_query", `invalid query: ${problems}`);
+/** An opaque position in the newest-first list: the last row's creation time and id. */
+function encodeCursor(row: SessionRow): string {
+  return Buffer.from(JSON.stringify([row.created_at, row.id])).toString("base64url");
+}
+
+function decodeCursor(cursor: string): { createdAt: string; id: string } {
+  try {
+    const [createdAt, id] = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as unknown[];
+    if (typeof createdAt === "string" && typeof id === "string") return { createdAt, id };
+  } catch {
+    // Answered below.
+  }
+  throw new GatewayError(400, "gateway.invalid_query", `invalid query: cursor: must be the next_cursor of a previous page, got ${JSON.stringify(cursor)}`);
+}
+
+/** An ISO-8601 time as the index stores it (UTC, milliseconds), or a 400 naming the parameter. */
+function isoTime(name: string, value: string): string {
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms)) throw new GatewayError(400, "gateway.invalid_query", `invalid query: ${name}: must be an ISO-8601 time such as 2025-01-31T12:00:00Z, got ${JSON.stringify(value)}`);
+  return new Date(ms).toISOString();
+}
+
+/** `ListSessions`: the caller's sessions, newest first, filtered (archived, workspace, creation time) and paged by offset or cursor. */
+export function listSessions(context: GatewayContext): Operation {
+  return async (call, query) => {
+    const limit = (query.limit as number | undefined) ?? 50;
+    const offset = (query.offset as number | undefined) ?? 0;
+    const filter: { -readonly [K in keyof SessionFilter]: SessionFilter[K] } = { archived: query.archived === true };
+    const workspace = query.workspace as string | undefined;
+    if (workspace !== undefined) {
+      if (workspace.startsWith("ws_")) {
+        const managed = await context.workspaces.get(call.tenant, workspace);
+        // An unknown managed workspace holds no sessions of this tenant.
+        filter.workspace = managed?.path ?? `\0${workspace}`;
+      } else filter.workspace = workspace;
     }
-    const { limit, offset } = parsed.data;
-    const rows = await context.index.listSessions(exchange.tenant!, limit, offset);
-    sendJson(exchange.res, 200, { sessions: rows.map((r) => sessionJson(context, r)), limit, offset });
+    if (typeof query.created_before === "string") filter.createdBefore = isoTime("created_before", query.created_before);
+    if (typeof query.created_after === "string") filter.createdAfter = isoTime("created_after", query.created_after);
+    if (typeof query.cursor === "string") filter.after = decodeCursor(query.cursor);
+    // One row more than asked tells whether a next page exists.
+    const rows = await context.index.listSessions(call.tenant, limit + 1, offset, filter);
+    const page = rows.slice(0, limit);
+    const next = rows.length > limit ? { next_cursor: encodeCursor(page.at(-1)!) } : {};
+    return { body: { sessions: page.map((r) => sessionJson(context, r)), limit, offset, ...next } };
   };
 }
 
 /**
- * `GET /v1/sessions/:id`: the index row, the seq of the last logged event, money and tokens
- * (total and per turn), and from the log: the mode, plan mode, the task list and the tool calls
- * waiting for a person (approvals, questions, a plan).
+ * `GetSession`: the index row, the seq of the last logged event, money and tokens (total and
+ * per turn), and from the log: the mode, plan mode, the task list and the tool calls waiting for
+ * a person (approvals, questions, a plan).
  */
-export function getSession(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const row = await requireSession(context, exchange);
-    const events = await readAll(context.bus.nc, context.bus.names, { tenant: row.tenant, sessionId: row.id });
-    const { mode, ...state } = sessionState(events);
-    sendJson(exchange.res, 200, { ...sessionJson(context, row), mode: mode ?? row.mode, ...state, last_seq: events.at(-1)?.seq ?? 0, usage: sessionUsage(events) });
+export function getSession(context: GatewayContext): Operation {
+  // The last answer per session, reused while the feed's view is the same object (no event applied
+  // since) and the index row reads the same: a session polled by many callers is built and
+  // serialized once per change, not once per request.
+  const answers = new Map<string, { row: SessionRow; view: SessionView; reply: Reply }>();
+  return async (call, request) => {
+    const row = await requireSession(context, call, request.id);
+    const view = await context.feeds.view(row);
+    const last = answers.get(row.id);
+    if (last && last.view === view && sameRow(last.row, row)) return last.reply;
+    const { mode, ...state } = view.state;
+    const body = { ...sessionJson(context, row), mode: mode ?? row.mode, ...state, last_seq: view.lastSeq, usage: view.usage };
+    const reply = { body, json: JSON.stringify(body) };
+    if (answers.size >= 10_000) answers.clear();
+    answers.set(row.id, { row, view, reply });
+    return reply;
   };
+}
+
+/** Whether two reads of a session's index row hold the same values. */
+function sameRow(a: SessionRow, b: SessionRow): boolean {
+  for (const key of Object.keys(b) as (keyof SessionRow)[]) if (a[key] !== b[key]) return false;
+  return Object.keys(a).length === Object.keys(b).length;
 }
 
 /**
  * Sends a session's request to the loop replica that owns the session (`subjects.owner`), or,
- * when none does, to any free replica on `subjects.any` (which claims the session).
+ * when none does, to any free replica on `subjects.any` (which claims the session). `options`
+ * default to the configured loop timeout; a long operation passes its own (with heartbeats).
  */
 export async function requestLoop<Req, Res>(
   context: GatewayContext, subjects: { owner: string; any: string }, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>,
+  options: { timeoutMs: number; silenceMs?: number } = { timeoutMs: context.options.loopTimeoutMs },
 ): Promise<Res> {
-  const options = { timeoutMs: context.options.loopTimeoutMs };
   try {
     return await context.bus.request(subjects.owner, requestCodec, request, responseCodec, options);
   } catch (error) {
@@ -148,15 +178,64 @@ export async function requestLoop<Req, Res>(
   }
 }
 
-/** `POST /v1/sessions/:id/messages`: hands the text to the session's loop replica (see `requestLoop`). */
-export function submitMessage(context: GatewayContext): Handler {
-  return async (exchange) => {
-    const row = await requireSession(context, exchange);
-    const { text } = await readJson(exchange.req, SubmitMessageBody);
+/** `SubmitMessage`: hands the text to the session's loop replica (see `requestLoop`). */
+export function submitMessage(context: GatewayContext): Operation {
+  return async (call, request) => {
+    const row = await requireSession(context, call, request.id);
     const { names } = context.bus;
-    const request = SubmitMessageRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, text });
-    const response = await requestLoop(context, { owner: names.loopSessionSubmit(row.id), any: names.loopSubmit }, SubmitMessageRequest, request, SubmitMessageResponse);
+    const message = SubmitMessageRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, text: request.text as string });
+    const response = await requestLoop(context, { owner: names.loopSessionSubmit(row.id), any: names.loopSubmit }, SubmitMessageRequest, message, SubmitMessageResponse);
     await context.index.touchSession(row.id);
-    sendJson(exchange.res, 202, { seq: response.seq, turn: response.turn });
+    return { body: { seq: response.seq, turn: response.turn } };
+  };
+}
+
+/**
+ * `CancelTurn`: asks the session's loop replica to stop the running turn (`stopTurn`): it ends
+ * with `turn/end` reason `cancelled` at its next step boundary. `cancelled: false` when no turn runs.
+ */
+export function cancelTurn(context: GatewayContext): Operation {
+  return async (call, request) => {
+    const row = await requireSession(context, call, request.id);
+    const { names } = context.bus;
+    const message = CancelTurnRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, cancelledBy: call.tenant });
+    const response = await requestLoop(context, { owner: names.loopSessionCancel(row.id), any: names.loopCancel }, CancelTurnRequest, message, CancelTurnResponse);
+    await context.index.touchSession(row.id);
+    return { body: { cancelled: response.cancelled, turn: response.turn } };
+  };
+}
+
+/** How long a compaction may take: one model call over the whole conversation (the loop sends heartbeats meanwhile, so a dead loop is noticed sooner). */
+const COMPACT_TIMEOUT_MS = 10 * 60_000;
+
+/**
+ * `CompactSession`: asks the session's loop replica to summarize the conversation now (`/compact`),
+ * the same events as when the context fills up. 409 `loop.compact_busy` while a turn runs;
+ * `compacted: false` and a note when there is nothing to compact.
+ */
+export function compactSession(context: GatewayContext): Operation {
+  return async (call, request) => {
+    const row = await requireSession(context, call, request.id);
+    const { names } = context.bus;
+    const message = CompactSessionRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, compactedBy: call.tenant, instructions: (request.instructions as string | undefined) ?? "" });
+    const response = await requestLoop(context, { owner: names.loopSessionCompact(row.id), any: names.loopCompact }, CompactSessionRequest, message, CompactSessionResponse, {
+      timeoutMs: Math.max(COMPACT_TIMEOUT_MS, context.options.loopTimeoutMs), silenceMs: DEFAULT_SILENCE_MS,
+    });
+    await context.index.touchSession(row.id);
+    return { body: {
+      compacted: response.compacted, note: response.note, seq: response.seq, from_seq: response.fromSeq, to_seq: response.toSeq,
+      tokens_before: response.tokensBefore, tokens_after: response.tokensAfter, cost_usd: response.costUsd,
+    } };
+  };
+}
+
+/** `ArchiveSession`: hides the session from the default list (`archived: false` brings it back); its log is untouched. */
+export function archiveSession(context: GatewayContext): Operation {
+  return async (call, request) => {
+    const row = await requireSession(context, call, request.id);
+    const archived = request.archived !== false;
+    await context.index.setArchived(row.id, archived);
+    const updated = await requireSession(context, call, row.id);
+    return { body: sessionJson(context, updated) };
   };
 }

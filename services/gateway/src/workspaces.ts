@@ -15,7 +15,7 @@ import {
 } from "@tack/proto";
 import { timestamp, type Database, type WorkspacesTable } from "./db.js";
 import { GatewayError } from "./errors.js";
-import { sendJson, type Exchange, type Handler } from "./http.js";
+import type { Call, Operation, Reply } from "./call.js";
 import type { GatewayContext } from "./sessions.js";
 
 /** A managed workspace as the index stores it. */
@@ -88,110 +88,120 @@ export async function sessionWorkspace(context: GatewayContext, workspaces: Work
   }
 }
 
-/** The managed workspace routes: create (empty or from a tar upload), list, download as tar, delete with its sessions. */
-export class WorkspaceRoutes {
+/** What a workspace upload brings: the archive (none for an empty workspace) and its announced size. */
+export interface WorkspaceUpload {
+  readonly title: string;
+  /** The tar or tar.gz bytes as they arrive; undefined for an empty workspace. */
+  readonly archive: Readable | undefined;
+}
+
+/** A workspace archive on its way to the caller. */
+export interface WorkspaceArchive {
+  readonly id: string;
+  readonly size: number;
+  readonly data: Readable;
+  /** Removes the exported object; call once the archive was sent (or sending failed). */
+  done(): Promise<void>;
+}
+
+/** The managed workspace operations: create (empty or from a tar upload), list, download as tar, delete with its sessions. */
+export class WorkspaceOperations {
   readonly #context: GatewayContext;
   readonly #index: WorkspaceIndex;
-  readonly #deleteSession: (exchange: Exchange, sessionId: string) => Promise<void>;
+  readonly #deleteSession: (call: Call, sessionId: string) => Promise<void>;
   #store: Promise<ObjectStore> | undefined;
 
-  constructor(context: GatewayContext, index: WorkspaceIndex, deleteSession: (exchange: Exchange, sessionId: string) => Promise<void>) {
+  constructor(context: GatewayContext, index: WorkspaceIndex, deleteSession: (call: Call, sessionId: string) => Promise<void>) {
     this.#context = context;
     this.#index = index;
     this.#deleteSession = deleteSession;
   }
 
+  /** The largest archive accepted (`workspaces.max_upload_bytes`). */
+  get maxUploadBytes(): number {
+    return this.#context.options.operator.workspaces.maxUploadBytes;
+  }
+
+  /** Refuses an archive announced larger than `workspaces.max_upload_bytes` before any of it is read (413). */
+  checkDeclaredSize(bytes: number): void {
+    if (bytes > this.maxUploadBytes) throw tooLarge(bytes, this.maxUploadBytes);
+  }
+
   /**
-   * `POST /v1/workspaces[?title=...]`: an empty workspace, or (body `application/x-tar` or
-   * `application/gzip`) one unpacked from the uploaded archive on the sandbox host.
+   * `CreateWorkspace`: an empty workspace, or one unpacked from the uploaded archive on the
+   * sandbox host (the archive travels through the object store; at most `maxUploadBytes`).
    */
-  create(): Handler {
-    return async (exchange) => {
-      const tenant = exchange.tenant!;
-      const title = exchange.url.searchParams.get("title") ?? "";
-      if (title.length > 200) throw new GatewayError(400, "gateway.invalid_query", "title must be at most 200 characters");
-      const max = this.#context.options.operator.workspaces.maxUploadBytes;
-      const declared = Number(exchange.req.headers["content-length"] ?? "0");
-      const chunked = exchange.req.headers["transfer-encoding"] !== undefined;
-      if (declared > max) throw tooLarge(declared, max);
-      const hasBody = declared > 0 || chunked;
-      const type = (exchange.req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-      if (hasBody && !["application/x-tar", "application/tar", "application/gzip", "application/x-gzip", "application/octet-stream"].includes(type)) {
-        throw new GatewayError(415, "gateway.unsupported_media_type", `a workspace upload must be a tar archive (content-type application/x-tar, or application/gzip for .tar.gz), got ${JSON.stringify(type || "none")}; send no body for an empty workspace`);
-      }
-      const id = `ws_${randomBytes(10).toString("hex")}`;
-      const { bus } = this.#context;
-      let archiveObject = "";
-      if (hasBody) {
-        archiveObject = `${tenant}.${id}.upload`;
-        await (await this.#objects()).put({ name: archiveObject }, Readable.toWeb(exchange.req.pipe(limit(max))) as unknown as ReadableStream<Uint8Array>).catch((error: unknown) => {
-          // The object store wraps the stream's own failure (the 413 of `limit`): answer with that one.
-          const cause = (error as { cause?: unknown }).cause;
-          throw cause instanceof GatewayError ? cause : error;
+  async create(call: Call, upload: WorkspaceUpload): Promise<Reply> {
+    const tenant = call.tenant;
+    const max = this.maxUploadBytes;
+    const id = `ws_${randomBytes(10).toString("hex")}`;
+    const { bus } = this.#context;
+    let archiveObject = "";
+    if (upload.archive) {
+      archiveObject = `${tenant}.${id}.upload`;
+      await (await this.#objects()).put({ name: archiveObject }, Readable.toWeb(upload.archive.pipe(limit(max))) as unknown as ReadableStream<Uint8Array>).catch((error: unknown) => {
+        // The object store wraps the stream's own failure (the 413 of `limit`): answer with that one.
+        const cause = (error as { cause?: unknown }).cause;
+        throw cause instanceof GatewayError ? cause : error;
+      });
+    }
+    try {
+      const created = await bus.request(bus.names.workspaceCreate, CreateWorkspaceRequest, { tenant, workspaceId: id, archiveObject }, CreateWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS })
+        .catch((error: unknown) => {
+          const e = TackError.from(error);
+          // The archive is the caller's to fix: say what tar refused (a member with `..`, one through a link, not a tar at all).
+          if (e.code === "sandbox.archive_failed") throw new GatewayError(400, "gateway.bad_archive", `${e.message.replace(/^could not /, "the archive was refused: could not ")}; nothing was created`, { cause: e });
+          if (e.code === "sandbox.archive_too_large") throw new GatewayError(413, "gateway.upload_too_large", `${e.message}; nothing was created`, { cause: e });
+          throw e;
         });
-      }
-      try {
-        const created = await bus.request(bus.names.workspaceCreate, CreateWorkspaceRequest, { tenant, workspaceId: id, archiveObject }, CreateWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS })
-          .catch((error: unknown) => {
-            const e = TackError.from(error);
-            // The archive is the caller's to fix: say what tar refused (a member with `..`, one through a link, not a tar at all).
-            if (e.code === "sandbox.archive_failed") throw new GatewayError(400, "gateway.bad_archive", `${e.message.replace(/^could not /, "the archive was refused: could not ")}; nothing was created`, { cause: e });
-            if (e.code === "sandbox.archive_too_large") throw new GatewayError(413, "gateway.upload_too_large", `${e.message}; nothing was created`, { cause: e });
-            throw e;
-          });
-        const row: WorkspaceRow = { id, tenant, title, path: created.path, created_at: timestamp() };
-        await this.#index.insert(row);
-        sendJson(exchange.res, 201, { ...workspaceJson(row), bytes: Number(created.bytes) }, { location: `/v1/workspaces/${id}` });
-      } finally {
-        if (archiveObject) await (await this.#objects()).delete(archiveObject).catch(() => undefined);
-      }
-    };
+      const row: WorkspaceRow = { id, tenant, title: upload.title, path: created.path, created_at: timestamp() };
+      await this.#index.insert(row);
+      return { body: { ...workspaceJson(row), bytes: Number(created.bytes) }, headers: { location: `/v1/workspaces/${id}` } };
+    } finally {
+      if (archiveObject) await (await this.#objects()).delete(archiveObject).catch(() => undefined);
+    }
   }
 
-  /** `GET /v1/workspaces`: the caller's managed workspaces. */
-  list(): Handler {
-    return async (exchange) => {
-      sendJson(exchange.res, 200, { workspaces: (await this.#index.list(exchange.tenant!)).map(workspaceJson) });
-    };
+  /** `ListWorkspaces`: the caller's managed workspaces. */
+  list(): Operation {
+    return async (call) => ({ body: { workspaces: (await this.#index.list(call.tenant)).map(workspaceJson) } });
   }
 
-  /** `GET /v1/workspaces/:id/archive`: the workspace's files as a tar archive. */
-  archive(): Handler {
-    return async (exchange) => {
-      const row = await this.#require(exchange);
-      const { bus } = this.#context;
-      const archiveObject = `${row.tenant}.${row.id}.export.${randomBytes(4).toString("hex")}`;
-      const store = await this.#objects();
-      try {
-        await bus.request(bus.names.workspaceExport, ExportWorkspaceRequest, { tenant: row.tenant, workspaceId: row.id, archiveObject }, ExportWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS });
-        const result = await store.get(archiveObject);
-        if (!result) throw new GatewayError(502, "gateway.archive_missing", "the workspace archive vanished before it could be sent; retry");
-        exchange.res.writeHead(200, { "content-type": "application/x-tar", "content-disposition": `attachment; filename="${row.id}.tar"`, "content-length": String(result.info.size) });
-        await new Promise<void>((resolve, reject) => {
-          Readable.fromWeb(result.data as unknown as WebReadableStream<Uint8Array>).on("error", reject).pipe(exchange.res).on("finish", resolve).on("error", reject);
-        });
-      } finally {
-        await store.delete(archiveObject).catch(() => undefined);
-      }
-    };
+  /** `ExportWorkspace`: the workspace's files as a tar archive, packed on the sandbox host. */
+  async archive(call: Call, id: unknown): Promise<WorkspaceArchive> {
+    const row = await this.#require(call, id);
+    const { bus } = this.#context;
+    const archiveObject = `${row.tenant}.${row.id}.export.${randomBytes(4).toString("hex")}`;
+    const store = await this.#objects();
+    const done = () => store.delete(archiveObject).then(() => undefined, () => undefined);
+    try {
+      await bus.request(bus.names.workspaceExport, ExportWorkspaceRequest, { tenant: row.tenant, workspaceId: row.id, archiveObject }, ExportWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS });
+      const result = await store.get(archiveObject);
+      if (!result) throw new GatewayError(502, "gateway.archive_missing", "the workspace archive vanished before it could be sent; retry");
+      return { id: row.id, size: result.info.size, data: Readable.fromWeb(result.data as unknown as WebReadableStream<Uint8Array>), done };
+    } catch (error) {
+      await done();
+      throw error;
+    }
   }
 
-  /** `DELETE /v1/workspaces/:id`: deletes every session working in it (as `DELETE /v1/sessions/:id` would), then its files and row. */
-  delete(): Handler {
-    return async (exchange) => {
-      const row = await this.#require(exchange);
+  /** `DeleteWorkspace`: deletes every session working in it (as `DeleteSession` would), then its files and row. */
+  delete(): Operation {
+    return async (call, request) => {
+      const row = await this.#require(call, request.id);
       const sessions = await this.#index.sessionsOn(row.tenant, row.path);
-      for (const sessionId of sessions) await this.#deleteSession(exchange, sessionId);
+      for (const sessionId of sessions) await this.#deleteSession(call, sessionId);
       const { bus } = this.#context;
       await bus.request(bus.names.workspaceDelete, DeleteWorkspaceRequest, { tenant: row.tenant, workspaceId: row.id }, DeleteWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS });
       await this.#index.remove(row.tenant, row.id);
-      sendJson(exchange.res, 200, { id: row.id, deleted: true, sessions_deleted: sessions });
+      return { body: { id: row.id, deleted: true, sessions_deleted: sessions } };
     };
   }
 
-  async #require(exchange: Exchange): Promise<WorkspaceRow> {
-    const row = await this.#index.get(exchange.tenant!, exchange.params.id!);
-    if (!row) throw workspaceNotFound(exchange.params.id!);
+  async #require(call: Call, id: unknown): Promise<WorkspaceRow> {
+    const text = typeof id === "string" ? id : "";
+    const row = text === "" ? undefined : await this.#index.get(call.tenant, text);
+    if (!row) throw workspaceNotFound(text);
     return row;
   }
 

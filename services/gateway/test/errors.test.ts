@@ -1,9 +1,8 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
 import { TackError } from "@tack/bus";
 import type { Logger } from "@tack/telemetry";
 import { describe, expect, it } from "vitest";
-import { GatewayError, respondWithErrors, toHttpError } from "../src/errors.js";
-import type { Exchange } from "../src/http.js";
+import { errorSpec, GRPC_STATUS_NUMBERS } from "@tack/errors";
+import { errorReply, GatewayError, grpcStatusOf, toHttpError } from "../src/errors.js";
 
 /** A logger that keeps its records, to check what the operator sees. */
 function capture(): Logger & { records: { level: string; message: string; fields: Record<string, unknown> }[] } {
@@ -64,26 +63,24 @@ describe("errors", () => {
     expect(log.records).toEqual([]);
   });
 
-  it("errors - respondWithErrors answers a handler's internal failure with the safe body and logs it with the route", async () => {
+  it("errors - errorReply answers an internal failure with the safe body and logs it with the route", () => {
     const log = capture();
-    let sent: { status: number; body: string } | undefined;
-    const res = {
-      headersSent: false,
-      writeHead(status: number) {
-        sent = { status, body: "" };
-        return this;
-      },
-      end(data?: string) {
-        if (sent) sent.body = data ?? "";
-      },
-    } as unknown as ServerResponse;
-    const exchange: Exchange = { req: { method: "POST" } as IncomingMessage, res, url: new URL("http://x/v1/sessions"), route: "/v1/sessions", params: {}, tenant: "acme" };
-    await respondWithErrors(log)(exchange, async () => { throw INTERNAL; });
-    expect(sent?.status).toBe(502);
-    expect(sent?.body).not.toContain("tack.sandbox.exec");
-    expect(sent?.body).not.toContain("/work/secret/path");
-    const id = (JSON.parse(sent!.body) as { error: { request_id: string } }).error.request_id;
+    const answer = errorReply(INTERNAL, { log, fields: { method: "POST", route: "/v1/sessions" } });
+    expect(answer.status).toBe(502);
+    const text = JSON.stringify(answer.body);
+    expect(text).not.toContain("tack.sandbox.exec");
+    expect(text).not.toContain("/work/secret/path");
     expect(log.records).toHaveLength(1);
-    expect(log.records[0]!.fields).toMatchObject({ method: "POST", route: "/v1/sessions", request_id: id, error: INTERNAL.message });
+    expect(log.records[0]!.fields).toMatchObject({ method: "POST", route: "/v1/sessions", request_id: answer.body.error.request_id, error: INTERNAL.message });
+  });
+
+  it("errors - refusals carry their REST headers and the catalogue's gRPC status", () => {
+    expect(errorReply(new GatewayError(401, "gateway.missing_api_key", "missing API key")).headers["www-authenticate"]).toMatch(/^Bearer/);
+    expect(errorReply(new GatewayError(429, "gateway.limit_exceeded", "slow down", { details: { retry_after_seconds: "7" } })).headers["retry-after"]).toBe("7");
+    expect(errorReply(new GatewayError(413, "gateway.body_too_large", "too big")).headers.connection).toBe("close");
+    expect(grpcStatusOf(new GatewayError(404, "gateway.session_not_found", "no session"))).toBe(5);
+    expect(grpcStatusOf(new TackError("loop.busy", "a turn runs"))).toBe(GRPC_STATUS_NUMBERS[errorSpec("loop.busy")!.grpc]);
+    // A code the catalogue lacks is a failure behind the gateway: 502, UNAVAILABLE.
+    expect(grpcStatusOf(INTERNAL)).toBe(GRPC_STATUS_NUMBERS.UNAVAILABLE);
   });
 });

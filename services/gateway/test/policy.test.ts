@@ -6,12 +6,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import SQLite from "better-sqlite3";
+import { createParser, type EventSourceMessage } from "eventsource-parser";
 import { Bus } from "@tack/bus";
 import { compileOperatorConfig, type OperatorConfig } from "@tack/config";
 import { ensureLogStream, readAll } from "@tack/log";
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { startGateway, type Gateway } from "@tack/gateway-service";
-import { FakeLoop } from "./fake-loop.js";
+import { RealLoop } from "./real-loop.js";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 const namespace = `t${randomBytes(5).toString("hex")}`;
@@ -29,7 +30,7 @@ let workspace: string;
 let dbFile: string;
 let operator: OperatorConfig;
 let bus: Bus;
-let loop: FakeLoop;
+let loop: RealLoop;
 let gateway: Gateway;
 
 /** The operator configuration of these tests: two ordinary tenants and one tenant per limit. */
@@ -70,7 +71,7 @@ beforeAll(async () => {
   operator = configure(keyFile);
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "policy-test" });
   await ensureLogStream(bus.nc, bus.names);
-  loop = await FakeLoop.start(NATS_URL, namespace);
+  loop = await RealLoop.start(NATS_URL, namespace);
   gateway = await startGateway({
     natsUrl: NATS_URL, namespace, port: 0, sqlitePath: dbFile, keepaliveMs: 200, operator,
     apiKeys: [{ key: KEYS.local, tenant: "local" }],
@@ -97,7 +98,7 @@ async function call(method: string, path: string, as: string, body?: unknown, ur
 }
 
 async function createSession(as: string, body: Record<string, unknown> = {}) {
-  const res = await call("POST", "/v1/sessions", as, { workspace, model: "scripted:/abs/hello.json", ...body });
+  const res = await call("POST", "/v1/sessions", as, { workspace, model: loop.model, ...body });
   expect(res.status, JSON.stringify(res.json)).toBe(201);
   return res.json as { id: string; tenant: string; sandbox_mode: string };
 }
@@ -114,25 +115,23 @@ function indexCount(tenant: string): number {
 
 const creates = () => loop.subjects.filter((s) => s === bus.names.loopCreate).length;
 
-/** Opens an event stream; `next` reads the next event frame (skipping keepalives), `done` once the server ended it. */
+/**
+ * Opens an event stream; `next` reads the next message (eventsource-parser skips the keepalive comments),
+ * undefined once the server ended the stream.
+ */
 async function openStream(id: string, as: string, url = gateway.url) {
   const abort = new AbortController();
   const res = await fetch(`${url}/v1/sessions/${id}/events`, { headers: { authorization: `Bearer ${as}` }, signal: abort.signal });
   const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  const next = async (): Promise<string | undefined> => {
-    for (;;) {
-      const end = buffer.indexOf("\n\n");
-      if (end >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        if (!block.startsWith(":")) return block;
-        continue;
-      }
+  const queue: EventSourceMessage[] = [];
+  const parser = createParser({ onEvent: (message) => queue.push(message) });
+  const next = async (): Promise<EventSourceMessage | undefined> => {
+    while (queue.length === 0) {
       const { value, done } = await reader.read();
       if (done) return undefined;
-      buffer += value;
+      parser.feed(value);
     }
+    return queue.shift();
   };
   return { res, next, close: () => abort.abort() };
 }
@@ -208,9 +207,11 @@ describe("tenants - an attacker with a valid key of another tenant", () => {
   });
 
   it("sessions - B cannot list, read, post to, stream, decide on or change A's sessions (404) and nothing reaches A's log", async () => {
-    const a = await createSession(KEYS.acmeMember);
-    await loop.ask(a.id, "call_0_0");
+    const a = await createSession(KEYS.acmeMember, { model: loop.askModel, sandbox_mode: "read-only" });
+    expect(await loop.ask("acme", a.id)).toBe("call_0_0");
     const before = loop.subjects.length;
+    const logged = (await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: a.id })).map((e) => e.type);
+    expect(logged.at(-1)).toBe("approval/asked");
     for (const as of [KEYS.globexMember, KEYS.globexAdmin]) {
       const list = await call("GET", "/v1/sessions?limit=200", as);
       expect((list.json.sessions as { id: string }[]).map((s) => s.id)).not.toContain(a.id);
@@ -224,7 +225,7 @@ describe("tenants - an attacker with a valid key of another tenant", () => {
       }
     }
     expect(loop.subjects.length).toBe(before);
-    expect((await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: a.id })).map((e) => e.type)).toEqual(["session/created", "approval/asked"]);
+    expect((await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: a.id })).map((e) => e.type)).toEqual(logged);
   });
 
   it("admin - a member key is refused on every admin route with 403 naming the admin role", async () => {
@@ -276,8 +277,12 @@ describe("tenants - an attacker with a valid key of another tenant", () => {
     try {
       const here = await openStream(session.id, newKey);
       const there = await openStream(session.id, newKey, replica.url);
-      expect(await here.next()).toContain("event: session/created");
-      expect(await there.next()).toContain("event: session/created");
+      // Both streams first send what the loop logged at creation.
+      const logged = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id });
+      expect(logged[0]!.type).toBe("session/created");
+      for (const stream of [here, there]) {
+        for (const event of logged) expect(await stream.next()).toMatchObject({ id: String(event.seq), event: event.type });
+      }
       expect((await call("DELETE", `/v1/admin/keys/${created.json.id}`, KEYS.acmeAdmin)).status).toBe(200);
       // The replica learns of the revocation at its next key check (every keepaliveMs).
       expect(await here.next()).toBeUndefined();
@@ -342,7 +347,7 @@ describe("limits - each refused with its code, status and value, creating nothin
     await createSession(KEYS.few);
     await createSession(KEYS.few);
     const before = creates();
-    const res = await call("POST", "/v1/sessions", KEYS.few, { workspace, model: "scripted:/abs/hello.json" });
+    const res = await call("POST", "/v1/sessions", KEYS.few, { workspace, model: loop.model });
     expect(res.status).toBe(429);
     expect(res.json).toEqual({ error: {
       code: "gateway.limit_exceeded",
@@ -354,14 +359,14 @@ describe("limits - each refused with its code, status and value, creating nothin
   });
 
   it("limits - max_sessions holds under concurrent creates", async () => {
-    const results = await Promise.all([1, 2, 3, 4].map(() => call("POST", "/v1/sessions", KEYS.race, { workspace, model: "scripted:/abs/hello.json" })));
+    const results = await Promise.all([1, 2, 3, 4].map(() => call("POST", "/v1/sessions", KEYS.race, { workspace, model: loop.model })));
     expect(results.map((r) => r.status).sort()).toEqual([201, 201, 429, 429]);
     expect(indexCount("race")).toBe(2);
   });
 
   it("limits - max_sandbox_mode: a wider mode is refused with 403 at create and on change; omitted, the tenant's widest is used", async () => {
     const before = creates();
-    const wide = await call("POST", "/v1/sessions", KEYS.narrow, { workspace, model: "scripted:/abs/hello.json", sandbox_mode: "workspace-write" });
+    const wide = await call("POST", "/v1/sessions", KEYS.narrow, { workspace, model: loop.model, sandbox_mode: "workspace-write" });
     expect(wide.status).toBe(403);
     expect(wide.json.error).toEqual({
       code: "gateway.mode_not_allowed",
@@ -373,12 +378,13 @@ describe("limits - each refused with its code, status and value, creating nothin
 
     const session = await createSession(KEYS.narrow);
     expect(session.sandbox_mode).toBe("read-only");
+    const logged = (await readAll(bus.nc, bus.names, { tenant: "narrow", sessionId: session.id })).map((e) => e.type);
     loop.subjects.length = 0;
     const change = await call("POST", `/v1/sessions/${session.id}/sandbox_mode`, KEYS.narrow, { mode: "danger-full-access" });
     expect(change.status).toBe(403);
     expect(change.json.error).toMatchObject({ code: "gateway.mode_not_allowed", details: { limit: "max_sandbox_mode", value: "read-only", requested: "danger-full-access" } });
     expect(loop.subjects).toEqual([]);
-    expect((await readAll(bus.nc, bus.names, { tenant: "narrow", sessionId: session.id })).map((e) => e.type)).toEqual(["session/created"]);
+    expect((await readAll(bus.nc, bus.names, { tenant: "narrow", sessionId: session.id })).map((e) => e.type)).toEqual(logged);
     expect((await call("GET", `/v1/sessions/${session.id}`, KEYS.narrow)).json.sandbox_mode).toBe("read-only");
   });
 
@@ -402,7 +408,7 @@ describe("limits - each refused with its code, status and value, creating nothin
   it("limits - max_event_streams: a second open stream is refused with 429 until the first closes", async () => {
     const [session] = (await call("GET", "/v1/sessions", KEYS.few)).json.sessions as { id: string }[];
     const first = await openStream(session!.id, KEYS.few);
-    expect(await first.next()).toContain("event: session/created");
+    expect(await first.next()).toMatchObject({ event: "session/created" });
     const second = await call("GET", `/v1/sessions/${session!.id}/events`, KEYS.few);
     expect(second.status).toBe(429);
     expect(second.json.error).toEqual({
@@ -429,7 +435,7 @@ describe("limits - each refused with its code, status and value, creating nothin
       message: `tenant ratey may make at most 3 requests per minute (requests_per_minute); retry in ${retry} s or ask the operator to raise it`,
       details: { limit: "requests_per_minute", value: "3", retry_after_seconds: String(retry) },
     });
-    const create = await call("POST", "/v1/sessions", KEYS.ratey, { workspace, model: "scripted:/abs/hello.json" });
+    const create = await call("POST", "/v1/sessions", KEYS.ratey, { workspace, model: loop.model });
     expect(create.status).toBe(429);
     expect(indexCount("ratey")).toBe(0);
     expect((await call("GET", "/v1/sessions", KEYS.acmeMember)).status).toBe(200);

@@ -1,6 +1,6 @@
 import { TackError } from "@tack/bus";
+import { createParser } from "eventsource-parser";
 import { cancelled } from "./provider.js";
-import { SseParser } from "./sse.js";
 
 /** One streaming POST to a provider whose reply body is Server-Sent Events. */
 export interface SseRequest {
@@ -70,7 +70,22 @@ export async function streamSse(request: SseRequest, consumer: SseConsumer, sign
     if (!response.body) throw streamCut(request.provider);
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
-    const parser = new SseParser();
+    const events: string[] = [];
+    const parser = createParser({ onEvent: (event) => events.push(event.data) });
+    // Whether the text so far stops inside a line. The parser keeps such a line to itself; at the end
+    // of the body it means the stream was cut.
+    let inLine = false;
+    const feed = (text: string) => {
+      if (text === "") return;
+      parser.feed(text);
+      inLine = !/[\r\n]$/.test(text);
+    };
+    const deliver = () => {
+      for (const data of events.splice(0)) {
+        consumer.accept(data);
+        if (consumer.ended) break;
+      }
+    };
     try {
       while (!consumer.ended) {
         const chunk = await reader.read().catch((error: unknown) => {
@@ -78,15 +93,18 @@ export async function streamSse(request: SseRequest, consumer: SseConsumer, sign
         });
         arm();
         if (chunk.done) {
-          const end = parser.end();
-          for (const event of end.events) consumer.accept(event);
-          if (!consumer.ended && (end.partialLine || !consumer.whole)) throw streamCut(request.provider);
+          feed(decoder.decode());
+          // A last event whose lines are complete but that has no blank line after it still counts (some
+          // servers end the body that way): two LFs end it, the first in case the body ended with a CR that
+          // the parser holds back until it knows whether an LF follows. A body cut inside a line gets none:
+          // the half line would be read as a whole one.
+          if (!inLine) parser.feed("\n\n");
+          deliver();
+          if (!consumer.ended && (inLine || !consumer.whole)) throw streamCut(request.provider);
           break;
         }
-        for (const event of parser.push(decoder.decode(chunk.value, { stream: true }))) {
-          consumer.accept(event);
-          if (consumer.ended) break;
-        }
+        feed(decoder.decode(chunk.value, { stream: true }));
+        deliver();
       }
     } finally {
       // Releases the connection when we stop reading before the server ends the body.

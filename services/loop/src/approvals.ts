@@ -38,6 +38,18 @@ export const APPROVAL_TEXT = {
     `Refused: a call with sandbox_permissions needs a "justification" saying why it must run in sandbox mode ${mode}; the command did not run. Retry with one.`,
 } as const;
 
+/** Wording the model reads for each way a per-call approval (a tool whose ToolSpec approval is `ask`, e.g. an MCP tool) ends. */
+export const TOOL_APPROVAL_TEXT = {
+  allowedOnce: "Approved once by the user: this call ran.",
+  rejected: (tool: string) =>
+    `Rejected by the user: the call to ${tool} was turned down; it did not run. Do not call it again in this turn unless the user asks; continue without it or tell the user what is blocked.`,
+  cancelled: (tool: string) => `Cancelled: the turn was stopped while this call to ${tool} waited for approval; it did not run.`,
+  unavailable: (tool: string) =>
+    `Unavailable: no one answered the request to allow this call to ${tool} (no approver, or no answer in time), so it was denied; it did not run. Continue without it or tell the user what needs their approval.`,
+  policyNever: (tool: string) =>
+    `Rejected by policy: this session's approval policy is never, and ${tool} needs a person's approval for each call, so it was refused without asking; it did not run. Continue without it or tell the user what is blocked.`,
+} as const;
+
 /** How the loop handles one tool call of a step. */
 export type CallPlan =
   /** Dispatch under `mode`; `note` (allowed once) goes in front of the tool's result. */
@@ -89,13 +101,40 @@ export function planCalls(calls: readonly ToolCall[], context: EscalationContext
     escalatedBy = call.id;
     return {
       kind: "ask",
-      asked: { callId: call.id, toolName: call.name, operation: request.operation, currentMode: context.mode, requestedMode: mode, justification, turn: context.turn, step: context.step },
+      asked: { callId: call.id, toolName: call.name, operation: request.operation, currentMode: context.mode, requestedMode: mode, justification, turn: context.turn, step: context.step, kind: "sandbox" },
     };
   });
 }
 
+/**
+ * The plan for a call of a tool that needs a person's yes before each call (ToolSpec approval
+ * `ask`): refused by policy `never`, else asked. Such approvals are per call: they are not the
+ * turn's one sandbox escalation.
+ */
+export function toolApprovalPlan(call: ToolCall, context: Pick<EscalationContext, "mode" | "policy" | "turn" | "step">, operation: string): CallPlan {
+  if (context.policy === "never") {
+    return { kind: "refuse", content: TOOL_APPROVAL_TEXT.policyNever(call.name), decided: { callId: call.id, decision: "reject", decidedBy: "policy:never" } };
+  }
+  return {
+    kind: "ask",
+    asked: { callId: call.id, toolName: call.name, operation, currentMode: context.mode, requestedMode: "", justification: "", turn: context.turn, step: context.step, kind: "tool" },
+  };
+}
+
 /** The plan for a call once its approval is decided: run it under the approved mode, or tell the model why it did not run. */
-export function outcomePlan(call: ToolCall, decided: ApprovalDecided, sessionMode: string): DecidedPlan {
+export function outcomePlan(call: ToolCall, decided: ApprovalDecided, sessionMode: string, kind = "sandbox"): DecidedPlan {
+  if (kind === "tool") {
+    switch (decided.decision) {
+      case "allow_once":
+        return { kind: "run", mode: sessionMode, note: TOOL_APPROVAL_TEXT.allowedOnce };
+      case "reject":
+        return { kind: "refuse", content: decided.decidedBy === "policy:never" ? TOOL_APPROVAL_TEXT.policyNever(call.name) : TOOL_APPROVAL_TEXT.rejected(call.name) };
+      case "cancelled":
+        return { kind: "refuse", content: TOOL_APPROVAL_TEXT.cancelled(call.name) };
+      default:
+        return { kind: "refuse", content: TOOL_APPROVAL_TEXT.unavailable(call.name) };
+    }
+  }
   const mode = escalationOf(call, undefined)?.mode ?? sessionMode;
   switch (decided.decision) {
     case "allow_once":
@@ -132,6 +171,8 @@ export interface ApprovalState {
   /** When `approval/asked` was logged (epoch ms; 0 without one, as after a `policy:never` rejection). */
   readonly askedAtMs: number;
   readonly decided?: ApprovalDecided;
+  /** What was asked: `sandbox` or `tool` (as on `approval/asked`; `sandbox` without one). */
+  readonly kind?: string;
 }
 
 /** The approval state of each call with approval events in `events` (one turn's worth). */
@@ -139,15 +180,15 @@ export function approvalsIn(events: readonly Event[]): Map<string, ApprovalState
   const out = new Map<string, ApprovalState>();
   for (const e of events) {
     const p = e.payload;
-    if (p?.$case === "approvalAsked") out.set(p.value.callId, { ...out.get(p.value.callId), askedAtMs: timestampMs(e.time) });
+    if (p?.$case === "approvalAsked") out.set(p.value.callId, { ...out.get(p.value.callId), askedAtMs: timestampMs(e.time), kind: p.value.kind || "sandbox" });
     else if (p?.$case === "approvalDecided") out.set(p.value.callId, { askedAtMs: 0, ...out.get(p.value.callId), decided: p.value });
   }
   return out;
 }
 
-/** Call id of the first `approval/asked` in `events` (one turn's worth), i.e. the turn's one escalation. */
+/** Call id of the first sandbox `approval/asked` in `events` (one turn's worth), i.e. the turn's one escalation (per-call tool approvals do not count). */
 export function escalationIn(events: readonly Event[]): string | undefined {
-  const asked = events.find((e) => e.payload?.$case === "approvalAsked");
+  const asked = events.find((e) => e.payload?.$case === "approvalAsked" && (e.payload.value.kind || "sandbox") === "sandbox");
   return asked?.payload?.$case === "approvalAsked" ? asked.payload.value.callId : undefined;
 }
 

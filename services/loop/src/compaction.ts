@@ -26,11 +26,30 @@ export interface CompactionSettings {
   readonly summarizeAt: number;
 }
 
-/** The last user message of the one-off summarization request (never logged as a model-visible event). */
-export const SUMMARY_INSTRUCTION = "The conversation is about to exceed the context window, so your summary will replace it. Write that summary now: "
-  + "the user's requests (quote the latest one exactly), what has been done and learned so far (files, commands, results, decisions), "
+/** What a summary must hold (the tail of both instructions below). */
+const SUMMARY_CONTENT = "the user's requests (quote the latest one exactly), what has been done and learned so far (files, commands, results, decisions), "
   + "what is in progress and what remains to do. Keep every detail needed to continue without the earlier messages. "
   + "Reply with the summary only; do not call tools.";
+
+/** The last user message of the one-off summarization request (never logged as a model-visible event). */
+export const SUMMARY_INSTRUCTION = `The conversation is about to exceed the context window, so your summary will replace it. Write that summary now: ${SUMMARY_CONTENT}`;
+
+/** The same for a compaction a person asked for (`/compact`), with their instructions when they gave some. */
+export function compactInstruction(instructions = ""): string {
+  const focus = instructions.trim() ? `\n\nThe user's instructions for the summary: ${instructions.trim()}` : "";
+  return `The user asked to compact the conversation, so your summary will replace it. Write that summary now: ${SUMMARY_CONTENT}${focus}`;
+}
+
+/** What a summary logged: the range it replaced, its own seqs and its cost. */
+export interface Summarized {
+  readonly fromSeq: number;
+  readonly toSeq: number;
+  /** The replacing `user/message`. */
+  readonly summarySeq: number;
+  /** The `context/summarized` event. */
+  readonly seq: number;
+  readonly costUsd: number;
+}
 
 /** Opens the logged summary, so the model reads it as a summary and not as a new request. */
 export const SUMMARY_HEADING = "Summary of the conversation so far (it replaces the earlier messages, removed to save context):\n\n";
@@ -147,10 +166,23 @@ export class Compactor {
     if (pruned) await host.append(draft("contextPruned", pruned, SOURCE));
     const request = host.projection.request();
     if (this.estimate(request) < this.#settings.summarizeAt * this.windowOf(request.model)) return;
+    await this.#summarizeAll(host, SUMMARY_INSTRUCTION);
+  }
+
+  /**
+   * Summarizes the whole conversation now, as `beforeRequest` does when the context fills up
+   * (the same events), for a person who asked (`/compact`, with their `instructions`). Undefined
+   * when there is nothing to summarize: no model reply since the session started or since the last summary.
+   */
+  compact(host: CompactionHost, instructions = ""): Promise<Summarized | undefined> {
+    return this.#summarizeAll(host, compactInstruction(instructions));
+  }
+
+  async #summarizeAll(host: CompactionHost, instruction: string): Promise<Summarized | undefined> {
     const entries = host.projection.entries();
     // Nothing has happened since the last summary (or the start): another summary would only restate it.
-    if (entries.length < 2 || !entries.some((e) => e.message.role === Role.ROLE_ASSISTANT)) return;
-    await this.#summarize(host, entries[0]!.seq, entries.at(-1)!.seq);
+    if (entries.length < 2 || !entries.some((e) => e.message.role === Role.ROLE_ASSISTANT)) return undefined;
+    return this.#summarize(host, entries[0]!.seq, entries.at(-1)!.seq, instruction);
   }
 
   /** A `context/pruned` worth logging now, or undefined: old results beyond the protected recent part, saving enough to pay for the cache it breaks. */
@@ -178,9 +210,9 @@ export class Compactor {
   }
 
   /** One extra model call writes a summary; it is logged as a user message replacing [fromSeq, toSeq], then `context/summarized`. */
-  async #summarize(host: CompactionHost, fromSeq: number, toSeq: number): Promise<void> {
+  async #summarize(host: CompactionHost, fromSeq: number, toSeq: number, instruction: string): Promise<Summarized> {
     const base = host.verifiedRequest();
-    const done = await host.callModel({ ...base, messages: [...base.messages, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: SUMMARY_INSTRUCTION })] });
+    const done = await host.callModel({ ...base, messages: [...base.messages, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: instruction })] });
     const summary = done.content.trim();
     if (!summary) {
       throw new TackError("loop.summary_empty", `the model wrote an empty summary of seq ${fromSeq}-${toSeq} (finish reason ${done.finishReason || "none"}); send the message again, or start a new session`);
@@ -188,9 +220,10 @@ export class Compactor {
     const [event] = await host.append(draft("userMessage", { text: `${SUMMARY_HEADING}${summary}` }, SOURCE, {
       kind: Surface_Kind.KIND_REPLACE, replaceFromSeq: fromSeq, replaceToSeq: toSeq, sourceSeqs: [], origin: "compaction:summary",
     }));
-    await host.append(draft("contextSummarized", {
+    const [summarized] = await host.append(draft("contextSummarized", {
       fromSeq, toSeq, summarySeq: event!.seq, model: done.model || base.model, usage: done.usage, costUsd: done.costUsd,
     }, SOURCE));
+    return { fromSeq, toSeq, summarySeq: event!.seq, seq: summarized!.seq, costUsd: done.costUsd };
   }
 }
 

@@ -33,27 +33,38 @@ export function modeChangeRefused(target: string, wider: string, processes: read
   );
 }
 
+/** How long a mode change waits for processes of a wider mode to end before it is refused. */
+export const WIDER_PROCESSES_GRACE_MS = 2_000;
+
 /**
  * Refuses (`loop.mode_change_refused`) a change to `target` while a container of the session
- * under a wider mode still runs a process; modes without a container are skipped. The sandbox
- * service lists every process but the container's exec agent, which its agent tells apart by
- * pid: a process calling itself agent.py is listed like any other.
+ * under a wider mode still runs a process; modes without a container are skipped. Processes that
+ * end within `graceMs` do not count: a short command still finishing (such as the read of a new
+ * session's hooks and rules files, started at its creation under the default mode) is waited
+ * for, asked again every 100 ms. The sandbox service lists every process but the container's
+ * exec agent, which its agent tells apart by pid: a process calling itself agent.py is listed
+ * like any other.
  */
-export async function assertNoWiderProcesses(bus: Bus, sessionId: string, target: string): Promise<void> {
+export async function assertNoWiderProcesses(bus: Bus, sessionId: string, target: string, graceMs = WIDER_PROCESSES_GRACE_MS): Promise<void> {
+  const deadline = Date.now() + graceMs;
   for (const wider of modesWiderThan(target)) {
-    let listed: ListProcessesResponse;
-    try {
-      listed = await bus.request(bus.names.sandboxProcesses, ListProcessesRequest, { sessionId, mode: wider }, ListProcessesResponse, { timeoutMs: 20_000 });
-    } catch (error) {
-      const e = TackError.from(error);
-      if (e.code === "sandbox.not_found") continue;
-      if (e.code === "bus.no_responders" || e.code === "bus.timeout") {
-        throw new TackError("loop.sandbox_unavailable", `cannot check the ${wider} container for running processes (${e.message}); start Tack with \`tack up\` and retry`, { retryable: true, cause: e });
+    for (;;) {
+      let listed: ListProcessesResponse;
+      try {
+        listed = await bus.request(bus.names.sandboxProcesses, ListProcessesRequest, { sessionId, mode: wider }, ListProcessesResponse, { timeoutMs: 20_000 });
+      } catch (error) {
+        const e = TackError.from(error);
+        if (e.code === "sandbox.not_found") break;
+        if (e.code === "bus.no_responders" || e.code === "bus.timeout") {
+          throw new TackError("loop.sandbox_unavailable", `cannot check the ${wider} container for running processes (${e.message}); start Tack with \`tack up\` and retry`, { retryable: true, cause: e });
+        }
+        throw e;
       }
-      throw e;
+      const processes = listed.processes.map(({ pid, command }) => ({ pid, command }));
+      if (processes.length === 0) break;
+      if (Date.now() >= deadline) throw modeChangeRefused(target, wider, processes);
+      await new Promise((resolve) => setTimeout(resolve, 100));
     }
-    const processes = listed.processes.map(({ pid, command }) => ({ pid, command }));
-    if (processes.length > 0) throw modeChangeRefused(target, wider, processes);
   }
 }
 

@@ -168,6 +168,9 @@ async function readOperatorFile(path: string, headBytes: number): Promise<RulesS
   }
 }
 
+/** A rules read as `check` takes it: the files found, or why none could be read. */
+type RulesRead = { sources: RulesSource[] } | { error: Error };
+
 /** What a rules check needs from its session. */
 export interface RulesHost {
   readonly bus: Bus;
@@ -190,7 +193,24 @@ export class RulesTracker {
   #turn = 0;
   #dirs = new Set<string>();
   /** A read started by `prefetch` that `check` has not used yet (settled, never rejecting). */
-  #pending: Promise<{ sources: RulesSource[] } | { error: Error }> | undefined;
+  #pending: Promise<RulesRead> | undefined;
+  /** A read started at the session's creation (`prefetchAhead`) for its first turn. */
+  #ahead: { pending: Promise<RulesRead>; failed: boolean; until: number; dirs: string[]; sandboxMode: string } | undefined;
+
+  /**
+   * Starts the read a new session's first turn needs while the person writes the first message.
+   * The first turn uses it if it starts within `freshMs`, in the same sandbox mode, and the read
+   * did not fail; otherwise it reads the files again. Nothing is logged here.
+   */
+  prefetchAhead(host: RulesHost, freshMs: number): void {
+    if (this.#turn !== 0 || this.#pending || this.#ahead) return;
+    const dirs = touchedDirs(host.events);
+    const ahead = { pending: this.#settled(host, dirs), failed: false, until: Date.now() + freshMs, dirs, sandboxMode: sandboxModeOf(host.events) };
+    void ahead.pending.then((read) => {
+      ahead.failed = "error" in read;
+    });
+    this.#ahead = ahead;
+  }
 
   /**
    * Starts the read the next `check` needs, if it needs one, so that it runs while the step does
@@ -199,10 +219,18 @@ export class RulesTracker {
   prefetch(host: RulesHost, turn: number): void {
     const dirs = touchedDirs(host.events);
     if (turn === this.#turn && !dirs.some((d) => !this.#dirs.has(d))) return;
+    const ahead = this.#ahead;
+    this.#ahead = undefined;
     // Set before the read: a failed one is tried again at the next turn or new folder, not at every step.
     this.#turn = turn;
     this.#dirs = new Set(dirs);
-    this.#pending = this.#read(host, dirs).then((sources) => ({ sources }), (error: unknown) => ({ error: error as Error }));
+    const usable = ahead && !ahead.failed && Date.now() <= ahead.until && ahead.sandboxMode === sandboxModeOf(host.events)
+      && ahead.dirs.length === dirs.length && ahead.dirs.every((d, i) => d === dirs[i]);
+    this.#pending = usable ? ahead.pending : this.#settled(host, dirs);
+  }
+
+  #settled(host: RulesHost, dirs: string[]): Promise<RulesRead> {
+    return this.#read(host, dirs).then((sources) => ({ sources }), (error: unknown) => ({ error: error as Error }));
   }
 
   async check(host: RulesHost, turn: number): Promise<void> {

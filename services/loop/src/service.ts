@@ -5,6 +5,7 @@ import { assertToken, Bus, DEFAULT_SILENCE_MS, retryPolicy, TackError, type BusA
 import { registerMicro } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
 import {
+  CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse, CopySessionRequest, CopySessionResponse, type Event,
   CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, EnsureSandboxRequest, EnsureSandboxResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest,
   SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse, DeleteSessionRequest, DeleteSessionResponse,
 } from "@tack/proto";
@@ -213,6 +214,33 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     }
   };
 
+  /** Stops the running turn of a session this process owns (`stopTurn`); `cancelled: false` when none runs. */
+  const cancelOn = (runtime: SessionRuntime) => async (req: CancelTurnRequest): Promise<CancelTurnResponse> => {
+    if ((req.tenant || "local") !== runtime.tenant) throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
+    if (!runtime.busy) return { cancelled: false, turn: 0 };
+    const turn = runtime.events.filter((e) => e.payload?.$case === "turnStart").length;
+    await runtime.stopTurn(req.cancelledBy || "api");
+    return { cancelled: true, turn };
+  };
+
+  /**
+   * Compacts a session this process owns now (`compact`); refused while a turn runs. Afterwards
+   * the session stays warm for `idleReleaseMs` again, as after a turn.
+   */
+  const compactOn = (runtime: SessionRuntime) => async (req: CompactSessionRequest): Promise<CompactSessionResponse> => {
+    try {
+      if (!runtime.meta || (req.tenant || "local") !== runtime.tenant) {
+        throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
+      }
+      // Recovery may start a turn (which then refuses the compaction as busy): let it get that far first.
+      await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
+      return CompactSessionResponse.fromPartial(await runtime.compact(req.compactedBy || "api", req.instructions));
+    } finally {
+      // Warm again for idleReleaseMs, as after a turn; a session that does not exist is let go at once.
+      forget(runtime);
+    }
+  };
+
   /**
    * Deletes a session with everything kept for it (`deleteSessionData`) under its lease: taken
    * over from this process's idle runtime, or claimed. Refused (`loop.busy`) while a turn runs or
@@ -279,7 +307,11 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       try {
         runtime = await SessionRuntime.load({ bus, leases, settings, log: log.child({ session: sessionId, tenant }), spills, budgets, onIdle: forget }, tenant, sessionId, lease);
       } catch (error) {
-        await leases.release(lease);
+        // Reading the log or opening its writer failed (NATS restarting, a writer still finishing):
+        // the lease is left to expire rather than deleted, so the recovery scan (here or on another
+        // replica) tries again. A deleted lease is no longer scanned, which stranded a session whose
+        // turn was interrupted (the chaos test caught one).
+        log.warn("session not loaded; its lease is left to expire so that recovery tries again", { session: sessionId, tenant, error: (error as Error).message });
         throw error;
       }
       const subscriptions = [
@@ -287,6 +319,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
         bus.serve(bus.names.loopSessionDecide(sessionId), "loop-owner", DecideApprovalRequest, DecideApprovalResponse, decideOn(runtime)),
         bus.serve(bus.names.loopSessionMode(sessionId), "loop-owner", SetSandboxModeRequest, SetSandboxModeResponse, modeOn(runtime)),
         bus.serve(bus.names.loopSessionDelete(sessionId), "loop-owner", DeleteSessionRequest, DeleteSessionResponse, deleteOn(runtime)),
+        bus.serve(bus.names.loopSessionCancel(sessionId), "loop-owner", CancelTurnRequest, CancelTurnResponse, cancelOn(runtime)),
+        bus.serve(bus.names.loopSessionCompact(sessionId), "loop-owner", CompactSessionRequest, CompactSessionResponse, compactOn(runtime)),
       ];
       owned.set(key, { runtime, subscriptions });
       if (runtime.meta) {
@@ -337,6 +371,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     if (o.prewarmSandbox) {
       // The container starts (or is claimed from the pool) while the user writes the first
       // message, not on the first tool call's critical path. Best effort: the tools ensure anyway.
+      // So do the reads of the first turn (hooks, tools, rules, skills, MCP), some in that container.
+      runtime.prefetchFirstTurn();
       bus.request(bus.names.sandboxEnsure, EnsureSandboxRequest, { sessionId, tenant, workspace: req.workspace, mode: sandboxMode }, EnsureSandboxResponse, { timeoutMs: 120_000, silenceMs: DEFAULT_SILENCE_MS })
         .catch((error: unknown) => log.warn("sandbox pre-warm failed", { session: sessionId, code: TackError.from(error).code, error: (error as Error).message }));
     }
@@ -417,7 +453,79 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     return remove(tenant, req.sessionId, req.deletedBy);
   });
 
-  // Take over sessions whose owner stopped renewing (crashed or partitioned away).
+  // A new session from a copy of another's log (a fork at a turn boundary, an imported bundle):
+  // written by this process as the new log's single writer, under its lease; nothing runs again.
+  bus.serve(bus.names.loopCopy, "loop", CopySessionRequest, CopySessionResponse, async (req) => {
+    const sessionId = req.sessionId || `s${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
+    const tenant = req.tenant || "local";
+    assertToken("session id", sessionId);
+    assertToken("tenant", tenant);
+    const bad = (why: string) => new TackError("loop.bad_copy", `cannot copy the session: ${why}`);
+    const events = req.events;
+    const first = events[0]?.payload;
+    if (first?.$case !== "sessionCreated") throw bad("the events must start with session/created");
+    let openTurn = 0;
+    for (const [i, event] of events.entries()) {
+      if (event.seq !== i + 1) throw bad(`event ${i + 1} has seq ${event.seq}; the events must run seq 1..${events.length} without gaps`);
+      if (!event.payload) throw bad(`event ${event.seq} (${JSON.stringify(event.type)}) has no payload this loop knows`);
+      if (event.payload.$case === "turnStart") openTurn = event.payload.value.turn;
+      if (event.payload.$case === "turnEnd") openTurn = 0;
+    }
+    if (openTurn !== 0) throw bad(`turn ${openTurn} has no turn/end; copy up to a turn boundary (an ended turn)`);
+    if (req.workspace && !req.workspace.startsWith("/")) throw bad(`workspace ${JSON.stringify(req.workspace)} must be an absolute path`);
+    // Spilled objects keep their call ids under the new session's prefix; only the source's own are taken.
+    const from = `${first.value.tenant}.${first.value.sessionId}.`;
+    const rename = (name: string) => {
+      if (!name.startsWith(from)) throw bad(`object ${JSON.stringify(name)} is not one of the source session's (${from}…)`);
+      return `${tenant}.${sessionId}.${name.slice(from.length)}`;
+    };
+    const drafts = events.map((event: Event) => {
+      let payload = event.payload!;
+      if (payload.$case === "sessionCreated") {
+        payload = { $case: "sessionCreated", value: { ...payload.value, sessionId, tenant, ...(req.workspace ? { workspace: req.workspace } : {}) } };
+      } else if (payload.$case === "toolResult") {
+        const value = payload.value;
+        payload = { $case: "toolResult", value: { ...value, spillObject: value.spillObject ? rename(value.spillObject) : "", images: value.images.map((image) => ({ ...image, object: image.object ? rename(image.object) : "" })) } };
+      }
+      return { payload, source: event.source, surface: event.surface };
+    });
+    const objects = req.objects.map((object) => ({ name: rename(object.name), data: object.data }));
+    const runtime = await acquire(tenant, sessionId, 0);
+    try {
+      if (runtime.events.length > 0) throw new TackError("loop.session_exists", `session ${sessionId} already exists; choose another id or leave it empty`);
+      if (objects.length > 0) {
+        const bucket = await spills();
+        for (const object of objects) await bucket.put({ tenant, sessionId }, object.name.slice(`${tenant}.${sessionId}.`.length), object.data);
+      }
+      await runtime.append(...drafts);
+    } finally {
+      forget(runtime);
+    }
+    log.info("session copied", { session: sessionId, tenant, from: first.value.sessionId, events: drafts.length, objects: objects.length, copied_by: req.copiedBy });
+    return { sessionId, subject: bus.names.logSubject(tenant, sessionId), events: drafts.length };
+  });
+
+  // A cancellation for a session no process owns: a turn runs only in its owner, so there is nothing to stop.
+  bus.serve(bus.names.loopCancel, "loop", CancelTurnRequest, CancelTurnResponse, async (req) => {
+    const tenant = req.tenant || "local";
+    assertToken("session id", req.sessionId);
+    assertToken("tenant", tenant);
+    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionCancel(req.sessionId), CancelTurnRequest, req, CancelTurnResponse);
+    return forwarded ?? { cancelled: false, turn: 0 };
+  });
+
+  // A compaction of a session no process owns: claim it like a message does (recovery may start
+  // a turn, which then refuses the compaction as busy).
+  bus.serve(bus.names.loopCompact, "loop", CompactSessionRequest, CompactSessionResponse, async (req) => {
+    const tenant = req.tenant || "local";
+    assertToken("session id", req.sessionId);
+    assertToken("tenant", tenant);
+    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionCompact(req.sessionId), CompactSessionRequest, req, CompactSessionResponse);
+    if (forwarded) return forwarded;
+    return compactOn(await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000))(req);
+  });
+
+    // Take over sessions whose owner stopped renewing (crashed or partitioned away).
   const scan = async () => {
     for (const state of await leases.all()) {
       if (stopped) return;

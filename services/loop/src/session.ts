@@ -5,20 +5,22 @@ import {
   deriveRequest, draft, Projection, readAll, serializeRequest, SessionLogWriter, type Draft, type ModelRequest, type SpillBucket,
 } from "@tack/log";
 import {
-  CallToolResponse, ListToolsRequest, ListToolsResponse, Surface_Kind, type ApprovalAsked, type ApprovalDecided, type CompleteDone, type Event, type PlanDecided, type QuestionAnswer,
+  CallToolResponse, InvalidateSkillsRequest, InvalidateSkillsResponse, ListToolsRequest, ListToolsResponse, Surface_Kind, type ApprovalAsked, type ApprovalDecided, type CompleteDone, type Event, type PlanDecided, type QuestionAnswer,
   type QuestionAnswered, type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import {
-  approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, pendingApprovals, planCalls, sandboxModeOf, type CallPlan, type DecidedPlan, type Decision,
+  approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, pendingApprovals, planCalls, sandboxModeOf, toolApprovalPlan, type CallPlan, type DecidedPlan, type Decision,
 } from "./approvals.js";
+import { callMcpTool, Extensions, mcpOperation, runSkillTool, skillsPathTouched, userSkill, type ExtensionsHost, type StepExtensions } from "./extensions.js";
 import { Compactor, type CompactionSettings } from "./compaction.js";
 import { dispatchTool, limiter } from "./dispatch.js";
+import { Hooks, type HooksHost } from "./hooks.js";
 import { callModel } from "./model-call.js";
 import { RulesTracker, type RulesHost } from "./rules.js";
 import { assertNoWiderProcesses, assertSandboxMode, assertToolsMode } from "./mode.js";
 import {
-  checkAnswers, definedToolsOf, pendingPlans, pendingQuestions, planModeOf, planModeRefusal, runSessionTool, sessionModeOf, type SessionToolDeps,
+  checkAnswers, definedToolsOf, pendingPlans, pendingQuestions, planModeOf, planModeRefusal, runSessionTool, SESSION_TOOL_TEXT, sessionModeOf, type SessionToolDeps,
 } from "./session-tools.js";
 import type { PendingWaits } from "./waits.js";
 import { sessionSpend, type Budgets } from "./budget.js";
@@ -68,6 +70,16 @@ const SYSTEM_PROMPTS: Record<string, string> = Object.fromEntries(["standard", "
 ]));
 /** Modes whose conversation is never pruned or summarized (a baseline that shows the model everything; results are still spilled). */
 const NO_COMPACTION = new Set(["minimal"]);
+/** Modes without skills and MCP tools (a baseline with the mode's own tools only). */
+const NO_EXTENSIONS = new Set(["minimal"]);
+/** Who carries out a call of each tool the loop handles itself: the loop (session tools) or the skills service (`skill`). */
+const LOOP_HANDLED = new Set(["session", "skills"]);
+/**
+ * How long after a session's creation its first step may use the rules, skills catalog and MCP
+ * tools read at creation (`prefetchFirstTurn`): `tack run` sends the first message at once; a
+ * message that comes later (a person typing in `tack chat`) has them read again, as every turn does.
+ */
+export const FIRST_STEP_FRESH_MS = 5_000;
 
 /** Wording the model sees for calls interrupted by a crash. */
 export const RECOVERY_TEXT = {
@@ -89,19 +101,27 @@ export class SessionRuntime {
   /** The tools of the session's mode, as the tools service listed them (the mode changes only before the first turn). */
   /** The tools listed for the session's mode and its definitions (how many: a new `tool/defined` lists again). */
   #tools: { mode: string; defined: number; specs: ToolSpec[] } | undefined;
+  /** The tool list asked for at the session's creation (undefined specs: that request failed). */
+  #toolsAhead: { mode: string; defined: number; specs: Promise<ToolSpec[] | undefined> } | undefined;
   #resumed = false;
   #running: Promise<void> | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
   #lost = false;
   /** Set by `stopTurn`: the running turn ends at its next step boundary. */
   #stopping = false;
+  /** The running turn has logged (or is logging) its turn/end and is about to settle. */
+  #ending = false;
   /** True while a sandbox mode change checks the containers (messages and other changes are refused meanwhile). */
   #changingMode = false;
+  /** True while a compaction a person asked for runs (messages, mode changes and deletion are refused meanwhile). */
+  #compacting = false;
   readonly #approvals: PendingWaits<ApprovalDecided>;
   readonly #questions: PendingWaits<QuestionAnswered>;
   readonly #plans: PendingWaits<PlanDecided>;
   readonly #compactor: Compactor;
   readonly #rules = new RulesTracker();
+  readonly #extensions = new Extensions();
+  readonly #hooks = new Hooks();
 
   private constructor(deps: SessionDeps, tenant: string, sessionId: string, writer: SessionLogWriter, lease: Lease) {
     this.#deps = deps;
@@ -155,9 +175,9 @@ export class SessionRuntime {
     return this.#running !== undefined;
   }
 
-  /** True while a turn runs or a sandbox mode change checks the containers: neither may be cut short by a deletion. */
+  /** True while a turn runs, a sandbox mode change checks the containers or a compaction runs: none may be cut short by a deletion. */
   get working(): boolean {
-    return this.#running !== undefined || this.#changingMode;
+    return this.#running !== undefined || this.#changingMode || this.#compacting;
   }
 
   /** Resolves when the running turn (if any) is over. */
@@ -179,6 +199,9 @@ export class SessionRuntime {
    * up: the next command loads it afresh from the log.
    */
   async append(...drafts: Draft[]): Promise<Event[]> {
+    // From here the running turn only closes: a request arriving before its acknowledgement (a
+    // client that saw turn/end in the log first) waits for that instead of being refused as busy.
+    if (this.#running && drafts.some((d) => d.payload.$case === "turnEnd")) this.#ending = true;
     try {
       return await this.#writer.append(...drafts);
     } catch (error) {
@@ -270,6 +293,26 @@ export class SessionRuntime {
   }
 
   /**
+   * Starts what a new session's first turn reads, while the person writes the first message (the
+   * service calls it at creation, alongside the sandbox pre-warm): the hooks snapshot, the mode's
+   * tool list, and the first step's rules, skills catalog and MCP tools (used if that step starts
+   * within FIRST_STEP_FRESH_MS). Nothing is logged: the turn logs what it uses, in the same order as
+   * without this, so the requests are the same byte for byte.
+   */
+  prefetchFirstTurn(): void {
+    if (this.#lost || !this.meta || this.#turnCount() > 0) return;
+    const mode = sessionModeOf(this.events);
+    this.#hooks.snapshot(this.#rulesHost());
+    const defined = definedToolsOf(this.events);
+    const { bus } = this.#deps;
+    const specs = bus.request(bus.names.toolsList, ListToolsRequest, { mode, ...(defined ? { defined } : {}) }, ListToolsResponse, { timeoutMs: 10_000 })
+      .then((listed) => listed.tools, () => undefined);
+    this.#toolsAhead = { mode, defined: defined?.tools.length ?? 0, specs };
+    this.#rules.prefetchAhead(this.#rulesHost(), FIRST_STEP_FRESH_MS);
+    this.#extensions.prefetchAhead(this.#extensionsHost(), !NO_EXTENSIONS.has(mode), FIRST_STEP_FRESH_MS);
+  }
+
+  /**
    * Turns plan mode on or off by logging `plan/mode`; returns its seq, or 0 when it already was.
    * Takes effect at the next step's tool calls; a plan waiting for review keeps waiting.
    */
@@ -307,8 +350,9 @@ export class SessionRuntime {
   async setSandboxMode(mode: string, changedBy: string): Promise<number> {
     assertSandboxMode(mode);
     if (!this.meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
-    const busy = () => new TackError("loop.busy", `session ${this.sessionId} is running a turn or another mode change; wait for its turn/end, then change the sandbox mode`, { retryable: true });
-    if (this.#running || this.#changingMode) throw busy();
+    const busy = () => new TackError("loop.busy", `session ${this.sessionId} is running a turn, a compaction or another mode change; wait for its turn/end, then change the sandbox mode`, { retryable: true });
+    await this.#settleEndingTurn();
+    if (this.#running || this.#changingMode || this.#compacting) throw busy();
     const current = sandboxModeOf(this.events);
     if (current === mode) return 0;
     this.#changingMode = true;
@@ -323,14 +367,77 @@ export class SessionRuntime {
     }
   }
 
+  /**
+   * Compacts the conversation now, for a person (`/compact`): the compactor's summary, the same
+   * events as when the context fills up (a replacing `user/message`, `context/summarized`), with
+   * `instructions` for what to keep. Refused (`loop.compact_busy`) while a turn runs or the
+   * session changes its sandbox mode; `compacted: false` with a note when there is nothing to
+   * compact. Budgets are checked before the model call and its cost recorded, as for a step's.
+   */
+  async compact(by: string, instructions: string): Promise<{
+    compacted: boolean; note: string; seq: number; fromSeq: number; toSeq: number; tokensBefore: number; tokensAfter: number; costUsd: number;
+  }> {
+    const meta = this.meta;
+    if (!meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
+    await this.#settleEndingTurn();
+    if (this.#running || this.#changingMode || this.#compacting) {
+      throw new TackError("loop.compact_busy", `session ${this.sessionId} is running a turn (or changing its sandbox mode, or already compacting); wait for the turn to end or cancel it, then compact`, { retryable: true });
+    }
+    const mode = sessionModeOf(this.events);
+    const none = (note: string) => ({ compacted: false, note, seq: 0, fromSeq: 0, toSeq: 0, tokensBefore: 0, tokensAfter: 0, costUsd: 0 });
+    if (NO_COMPACTION.has(mode)) return none(`session mode ${mode} is never compacted: it shows the model the whole conversation; use another mode for long work`);
+    // No request sent yet: no model reply to summarize either.
+    if (!this.projection.header) return none("nothing to compact: the model has not replied in this session yet");
+    this.#compacting = true;
+    try {
+      await this.#writer.flush();
+      const tokensBefore = this.#compactor.estimate(this.projection.request());
+      const turn = this.#turnCount();
+      const summarized = await this.#compactor.compact({
+        projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
+        callModel: async (request) => {
+          await this.#deps.budgets.check({
+            tenant: this.tenant, model: request.model, sessionBudget: meta.budgetUsd, sessionSpent: sessionSpend(this.events),
+            inputTokens: this.#compactor.estimate(request), maxTokens: request.maxTokens,
+          });
+          const done = await this.#callModel(turn, 0, request, false);
+          await this.#deps.budgets.record(this.tenant, done.costUsd);
+          return done;
+        },
+      }, instructions);
+      if (!summarized) return none("nothing to compact: the model has not replied since the last summary (or the session has too little conversation to summarize)");
+      const tokensAfter = this.#compactor.estimate(this.projection.request());
+      this.#deps.log.info("session compacted", { session: this.sessionId, by, from_seq: summarized.fromSeq, to_seq: summarized.toSeq, tokens_before: tokensBefore, tokens_after: tokensAfter });
+      return { compacted: true, note: "", seq: summarized.seq, fromSeq: summarized.fromSeq, toSeq: summarized.toSeq, tokensBefore, tokensAfter, costUsd: summarized.costUsd };
+    } finally {
+      this.#compacting = false;
+    }
+  }
+
   /** Logs a user message and starts its turn in the background. */
   async submit(text: string): Promise<{ seq: number; turn: number }> {
     if (!this.meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
-    if (this.#running || this.#changingMode) throw new TackError("loop.busy", `session ${this.sessionId} is running a turn or changing its sandbox mode; wait for its turn/end before sending another message`, { retryable: true });
-    const [event] = await this.append(draft("userMessage", { text }, "gateway", { kind: Surface_Kind.KIND_APPEND, replaceFromSeq: 0, replaceToSeq: 0, sourceSeqs: [], origin: "user" }));
+    await this.#settleEndingTurn();
+    if (this.#running || this.#changingMode || this.#compacting) {
+      throw new TackError("loop.busy", `session ${this.sessionId} is running a turn, changing its sandbox mode or being compacted; wait for that to end before sending another message`, { retryable: true });
+    }
+    // `/name [arguments]` runs a skill: its body follows the message, in the same append.
+    const skill = NO_EXTENSIONS.has(sessionModeOf(this.events)) ? undefined : await userSkill({ bus: this.#deps.bus, workspace: this.meta.workspace, log: this.#deps.log, sessionId: this.sessionId }, text);
+    const [event] = await this.append(
+      draft("userMessage", { text }, "gateway", { kind: Surface_Kind.KIND_APPEND, replaceFromSeq: 0, replaceToSeq: 0, sourceSeqs: [], origin: "user" }),
+      ...(skill ? [skill] : []),
+    );
     const turn = this.#turnCount() + 1;
     this.#run(() => this.#turn(turn, event!.seq, 1));
     return { seq: event!.seq, turn };
+  }
+
+  /** Waits for a turn that is only closing (its turn/end is being logged); a turn still working is not waited for. */
+  async #settleEndingTurn(): Promise<void> {
+    if (!(this.#running && this.#ending)) return;
+    await this.#running;
+    // Released when its turn ended (no idle time configured): the next owner takes the request.
+    if (this.#lost) throw new TackError("loop.busy", `session ${this.sessionId} just ended its turn and this loop released it; send the request again`, { retryable: true });
   }
 
   #turnCount(): number {
@@ -343,6 +450,7 @@ export class SessionRuntime {
       .catch((error: unknown) => this.#deps.log.error("turn failed", { session: this.sessionId, error: (error as Error).message }))
       .finally(() => {
         this.#running = undefined;
+        this.#ending = false;
         this.#stopping = false;
         this.#deps.onIdle(this);
       });
@@ -379,7 +487,7 @@ export class SessionRuntime {
     const approvals = approvalsIn(inTurn);
     // Session tools are never dispatched and are idempotent by call id: they are simply carried out again.
     const specs = toolsByName(this.projection.header?.tools ?? []);
-    const bySession = (c: ToolCall) => specs.get(c.name)?.handler === "session";
+    const bySession = (c: ToolCall) => LOOP_HANDLED.has(specs.get(c.name)?.handler ?? "");
     const unanswered = (assistant?.toolCalls ?? []).filter((c) => !results.has(c.id));
     const interrupted = unanswered.filter((c) => dispatched.has(c.id));
     const parked = unanswered.filter((c) => !dispatched.has(c.id) && (approvals.has(c.id) || bySession(c)));
@@ -399,12 +507,13 @@ export class SessionRuntime {
       const mode = sandboxModeOf(this.events);
       const items = parked.map((call): [ToolCall, Promise<CallPlan>] => {
         if (!approvals.has(call.id)) return [call, Promise.resolve({ kind: "session" })];
-        const { decided, askedAtMs } = approvals.get(call.id)!;
+        const { decided, askedAtMs, kind } = approvals.get(call.id)!;
         const decision = decided ? Promise.resolve(decided) : this.#approvals.wait(call.id, Promise.resolve(), askedAtMs + this.#deps.settings.approvalTimeoutMs);
-        return [call, decision.then((d) => outcomePlan(call, d, mode))];
+        return [call, decision.then((d) => outcomePlan(call, d, mode, kind))];
       });
       const finishStep = async () => {
-        await this.#settleCalls(items, lastAssistant!.seq, turn, assistant!.step);
+        // Parked calls ran their PreToolUse hooks before they were parked.
+        await this.#settleCalls(items, lastAssistant!.seq, turn, assistant!.step, false);
         await this.append(draft("stepEnd", { turn, step: assistant!.step, toolCalls: assistant!.toolCalls.length }, SOURCE));
         return true;
       };
@@ -424,7 +533,13 @@ export class SessionRuntime {
   }
 
   async #turn(turn: number, userMessageSeq: number, firstStep: number): Promise<void> {
+    this.#hooks.prefetch(this.#hooksHost(turn), turn);
     await this.append(draft("turnStart", { turn, userMessageSeq }, SOURCE));
+    // SessionStart (first turn) and UserPromptSubmit hooks; a blocked prompt ends the turn before any model call.
+    if ((await this.#hooks.userPromptSubmit(this.#hooksHost(turn), turn, userMessageSeq)).blocked) {
+      await this.append(draft("turnEnd", { turn, reason: "hook_blocked", steps: 0 }, SOURCE));
+      return;
+    }
     await this.#steps(turn, firstStep);
   }
 
@@ -436,6 +551,10 @@ export class SessionRuntime {
         if (this.#lost) return;
         if (this.#stopping) {
           await this.append(draft("turnEnd", { turn, reason: "cancelled", steps: step - 1 }, SOURCE));
+          return;
+        }
+        if (this.#hooks.takeStop()) {
+          await this.append(draft("turnEnd", { turn, reason: "hook_stopped", steps: step - 1 }, SOURCE));
           return;
         }
         if (step > this.#deps.settings.stepLimit) {
@@ -455,6 +574,8 @@ export class SessionRuntime {
           );
           return;
         }
+        // A Stop hook may keep the turn going: its reason is a hook/context the next step's model reads.
+        if (!more && !this.#stopping && await this.#hooks.stop(this.#hooksHost(turn), turn)) more = true;
         if (!more) {
           await this.append(draft("turnEnd", { turn, reason: "completed", steps: step }, SOURCE));
           return;
@@ -470,7 +591,11 @@ export class SessionRuntime {
     this.#appendLater(draft("stepStart", { turn, step }, SOURCE));
     // The rules read (an exec in the sandbox) runs while the header and compaction are done.
     this.#rules.prefetch(this.#rulesHost(), turn);
-    await this.#logHeaderIfChanged(turn, step);
+    // So are the skills catalog and the MCP tools (answered from memory after a session's first step).
+    const withExtensions = !NO_EXTENSIONS.has(sessionModeOf(this.events));
+    this.#extensions.prefetch(this.#extensionsHost(), withExtensions);
+    const extensions = await this.#extensions.take(this.#extensionsHost(), withExtensions);
+    await this.#logHeaderIfChanged(turn, step, extensions);
     await this.#writer.flush();
     if (!NO_COMPACTION.has(sessionModeOf(this.events))) await this.#compactor.beforeRequest({
       projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
@@ -478,6 +603,7 @@ export class SessionRuntime {
     });
     // After compaction, so rules a summary took out of the model's view are logged again before this request.
     await this.#rules.check(this.#rulesHost(), turn);
+    await this.#extensions.record(this.#extensionsHost(), extensions);
     const request = this.#verifiedRequest();
     await this.#deps.budgets.check({
       tenant: this.tenant, model: request.model, sessionBudget: this.meta!.budgetUsd, sessionSpent: sessionSpend(this.events),
@@ -502,6 +628,17 @@ export class SessionRuntime {
     return true;
   }
 
+  #extensionsHost(): ExtensionsHost {
+    return {
+      bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, sandboxMode: sandboxModeOf(this.events),
+      events: this.events, projection: this.projection, append: (...drafts) => this.append(...drafts), log: this.#deps.log,
+    };
+  }
+
+  #hooksHost(turn: number): HooksHost {
+    return { ...this.#rulesHost(), toolNames: async () => (await this.#toolSpecs(sessionModeOf(this.events), turn, 1)).map((t) => t.name) };
+  }
+
   #rulesHost(): RulesHost {
     return {
       bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, events: this.events, projection: this.projection,
@@ -514,6 +651,13 @@ export class SessionRuntime {
     const { bus, settings } = this.#deps;
     const defined = definedToolsOf(this.events);
     const count = defined?.tools.length ?? 0;
+    const ahead = this.#toolsAhead;
+    if (ahead && (this.#tools?.mode !== mode || this.#tools.defined !== count)) {
+      // The list asked for at creation, unless the mode or the defined tools changed since (or it failed: asked again below, retries logged).
+      const specs = ahead.mode === mode && ahead.defined === count ? await ahead.specs : undefined;
+      if (this.#toolsAhead === ahead) this.#toolsAhead = undefined;
+      if (specs) this.#tools = { mode, defined: count, specs };
+    }
     if (this.#tools?.mode !== mode || this.#tools.defined !== count) {
       const request = { mode, ...(defined ? { defined } : {}) };
       const listed = await retrying(settings.retry, () => bus.request(bus.names.toolsList, ListToolsRequest, request, ListToolsResponse, { timeoutMs: 10_000 }), {
@@ -526,12 +670,15 @@ export class SessionRuntime {
     return this.#tools.specs;
   }
 
-  async #logHeaderIfChanged(turn: number, step: number): Promise<void> {
+  async #logHeaderIfChanged(turn: number, step: number, extensions: StepExtensions): Promise<void> {
     const meta = this.meta!;
     const mode = sessionModeOf(this.events);
     const systemPrompt = SYSTEM_PROMPTS[mode] ?? SYSTEM_PROMPTS.standard!;
+    // One list, in a stable order: the mode's tools as the tools service lists them, then `skill`, then MCP tools by name.
+    const own = await this.#toolSpecs(mode, turn, step);
+    const names = new Set(own.map((t) => t.name));
     const header: Omit<RequestHeader, "reason"> = {
-      model: meta.model, systemPrompt, tools: await this.#toolSpecs(mode, turn, step),
+      model: meta.model, systemPrompt, tools: [...own, ...Extensions.tools(extensions).filter((t) => !names.has(t.name))],
       temperature: this.#deps.settings.temperature, maxTokens: this.#deps.settings.maxTokens,
     };
     const previous = this.projection.header;
@@ -573,14 +720,21 @@ export class SessionRuntime {
     const mode = sandboxModeOf(this.events);
     const planMode = planModeOf(this.events);
     // A session tool is the loop's; plan mode refuses what could write; the rest go through approvals.
+    const policy = approvalPolicyOf(this.events);
     const early = calls.map((call): CallPlan | undefined => {
-      if (tools.get(call.name)?.handler === "session") return { kind: "session" };
-      const refusal = planMode ? planModeRefusal(call, tools.get(call.name), mode) : undefined;
+      const tool = tools.get(call.name);
+      if (LOOP_HANDLED.has(tool?.handler ?? "")) return { kind: "session" };
+      if (tool?.handler === "mcp") {
+        // What an MCP tool does is the server's: plan mode cannot know it only reads.
+        if (planMode) return { kind: "refuse", content: SESSION_TOOL_TEXT.planModeRefused(call.name) };
+        return tool.approval === "ask" ? toolApprovalPlan(call, { mode, policy, turn, step }, mcpOperation(call)) : { kind: "run", mode };
+      }
+      const refusal = planMode ? planModeRefusal(call, tool, mode) : undefined;
       return refusal === undefined ? undefined : { kind: "refuse", content: refusal };
     });
     const rest = calls.filter((_, i) => early[i] === undefined);
     const planned = planCalls(rest, {
-      mode, policy: approvalPolicyOf(this.events), escalatedBy: escalationIn(this.events.slice(lastStart + 1)), turn, step, tools,
+      mode, policy, escalatedBy: escalationIn(this.events.slice(lastStart + 1)), turn, step, tools,
     });
     await this.#settleCalls(calls.map((call, i) => [call, early[i] ?? planned[rest.indexOf(call)]!]), assistantSeq, turn, step);
   }
@@ -590,10 +744,11 @@ export class SessionRuntime {
    * (holding no slot, so the other calls go on); calls run at most `parallelToolCalls` at once;
    * a call that may not run gets a result saying why, and never reaches the tools service.
    */
-  async #settleCalls(items: ReadonlyArray<readonly [ToolCall, CallPlan | Promise<CallPlan>]>, assistantSeq: number, turn: number, step: number): Promise<void> {
+  async #settleCalls(items: ReadonlyArray<readonly [ToolCall, CallPlan | Promise<CallPlan>]>, assistantSeq: number, turn: number, step: number, preToolUse = true): Promise<void> {
     const slot = limiter(this.#deps.settings.parallelToolCalls);
     await Promise.all(items.map(async ([call, planned]) => {
-      const first = await planned;
+      // PreToolUse hooks run before any approval is asked: a block refuses the call, an `ask` asks.
+      const first = preToolUse ? await this.#hooks.preToolUse(this.#hooksHost(turn), call, await planned, turn, step) : await planned;
       const plan = first.kind === "ask" ? await this.#ask(call, first.asked) : first;
       let result: CallToolResponse;
       if (plan.kind === "refuse") {
@@ -603,13 +758,20 @@ export class SessionRuntime {
         // Holds no slot: a question or a plan may wait for a person for a long time.
         const started = performance.now();
         const tool = toolsByName(this.projection.header?.tools ?? []).get(call.name)!;
-        const outcome = await runSessionTool(this.#sessionToolDeps(), call, tool, turn, step);
+        const outcome = tool.handler === "skills"
+          ? await runSkillTool(this.#extensionsHost(), call)
+          : await runSessionTool(this.#sessionToolDeps(), call, tool, turn, step);
         result = CallToolResponse.fromPartial({ ...outcome, durationMs: performance.now() - started });
       } else {
         const { mode, note } = plan;
-        result = await slot(() => this.#dispatch(call, mode, turn, step));
+        const byMcp = toolsByName(this.projection.header?.tools ?? []).get(call.name)?.handler === "mcp";
+        result = await slot(() => (byMcp ? callMcpTool(this.#extensionsHost(), call, turn, step) : this.#dispatch(call, mode, turn, step)));
         if (note) result = { ...result, content: `${note}\n${result.content}` };
+        // A skill written or edited: the skills service reads it again now, so the next step's catalog has it.
+        const skillPath = result.isError ? undefined : skillsPathTouched(this.meta!.workspace, call);
+        if (skillPath) await this.#invalidateSkills(skillPath);
       }
+      if (plan.kind !== "refuse") result = await this.#hooks.postToolUse(this.#hooksHost(turn), call, result, turn);
       await this.append(draft("toolResult", {
         callId: call.id, name: call.name, ...(await this.#compactor.spill(call.id, result.content, result.images)), isError: result.isError, durationMs: result.durationMs,
         synthesized: false,
@@ -628,7 +790,14 @@ export class SessionRuntime {
       decided.catch(() => undefined);
       throw error;
     }
-    return outcomePlan(call, await decided, asked.currentMode);
+    return outcomePlan(call, await decided, asked.currentMode, asked.kind || "sandbox");
+  }
+
+  /** Asks the skills service to read the skills root holding `path` again; a failure only delays the change to the watcher's next read. */
+  async #invalidateSkills(path: string): Promise<void> {
+    const { bus } = this.#deps;
+    await bus.request(bus.names.skillsInvalidate, InvalidateSkillsRequest, { workspace: this.meta!.workspace, path }, InvalidateSkillsResponse, { timeoutMs: 5_000 })
+      .catch((error: unknown) => this.#deps.log.warn("skills not re-read after a write; the watcher will catch up", { session: this.sessionId, error: (error as Error).message }));
   }
 
   #sessionToolDeps(): SessionToolDeps {

@@ -116,7 +116,7 @@ describe("approvals", () => {
     const card = asked.find((e) => e.payload?.$case === "approvalAsked")!;
     expect(card.payload?.$case === "approvalAsked" && card.payload.value).toEqual({
       callId: "call_1_0", toolName: "bash", operation: "touch x", currentMode: "read-only", requestedMode: "workspace-write",
-      justification: "create the file the user asked for", turn: 1, step: 2,
+      justification: "create the file the user asked for", turn: 1, step: 2, kind: "sandbox",
     });
     expect(ran.map((r) => r.callId)).toEqual(["call_0_0", "call_1_1"]);
 

@@ -6,16 +6,16 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Bus, serveStream } from "@tack/bus";
-import { deriveRequest, pruneText, readAll, SpillBucket } from "@tack/log";
+import { deriveRequest, Projection, pruneText, readAll, SpillBucket } from "@tack/log";
 import {
-  CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest,
+  CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompactSessionRequest, CompactSessionResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest,
   CreateSessionResponse, Delta_Kind, EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, Role, SubmitMessageRequest,
   SubmitMessageResponse, Surface_Kind, type Event, type Usage,
 } from "@tack/proto";
 import { startLoopService, SUMMARY_HEADING, SUMMARY_INSTRUCTION, type LoopOptions, type LoopService } from "@tack/loop-service";
 import { listTools, startToolsService, type ToolsService } from "@tack/tools-service";
 import type { Logger } from "@tack/telemetry";
-import { Compactor, type CompactionSettings } from "../src/compaction.js";
+import { compactInstruction, Compactor, type CompactionSettings } from "../src/compaction.js";
 import { waitFor } from "@tack/testkit";
 
 // Compaction through the real loop, the real tools service and real NATS (log stream and spill
@@ -34,8 +34,12 @@ let requests: CompleteRequest[] = [];
 /** The reply to a step's request, by the step's index (0-based) among the requests that are not summaries. */
 let stepReply: (index: number) => Reply = () => ({ content: "done" });
 let summaryReply: (index: number) => Reply = () => ({ content: "summary" });
+/** Model replies wait for this (a test holds a turn running with it). */
+let llmGate: Promise<void> = Promise.resolve();
 
-const isSummary = (r: CompleteRequest) => r.messages.at(-1)?.role === Role.ROLE_USER && r.messages.at(-1)?.content === SUMMARY_INSTRUCTION;
+/** A summary request: it ends with the automatic summary's instruction or with a `/compact` one. */
+const isSummary = (r: CompleteRequest) => r.messages.at(-1)?.role === Role.ROLE_USER
+  && (r.messages.at(-1)?.content === SUMMARY_INSTRUCTION || r.messages.at(-1)!.content.startsWith(compactInstruction().slice(0, 40)));
 
 /** What `emit <bytes> <label>` prints: 100-byte lines `<label> <line number> xxx…`. */
 function emitted(bytes: number, label: string): string {
@@ -51,6 +55,7 @@ beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "compaction-test" });
   serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
     requests.push(req);
+    await llmGate;
     const reply = isSummary(req) ? summaryReply(requests.filter(isSummary).length - 1) : stepReply(requests.filter((r) => !isSummary(r)).length - 1);
     const toolCalls = (reply.calls ?? []).map((c) => ({ id: c.id, name: c.name, arguments: JSON.stringify(c.args) }));
     let index = 0;
@@ -246,6 +251,52 @@ describe("compaction", () => {
       const view = deriveRequest(events.slice(0, events.indexOf(summaries[i]!))).messages;
       expect(messagesJson(r)).toBe(messagesJson({ messages: [...view, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: SUMMARY_INSTRUCTION })] }));
     });
+  });
+});
+
+describe("compaction asked for", () => {
+  it("compaction - CompactSession summarizes now with the person's instructions: the same events as at the threshold; refused while a turn runs; then nothing to compact", async () => {
+    stepReply = () => ({ content: "done" });
+    summaryReply = () => ({ content: "SUMMARY of the work", costUsd: 0.002, model: "scripted-summary" });
+    const { sessionId, events } = await runTurn({}, `first task ${"with details ".repeat(50)}`);
+    const compact = (instructions = "") => bus.request(bus.names.loopCompact, CompactSessionRequest, { tenant: "local", sessionId, compactedBy: "test", instructions }, CompactSessionResponse);
+    const view = deriveRequest(events).messages;
+    const projection = new Projection();
+    for (const e of events) projection.apply(e);
+    const entries = projection.entries();
+
+    const done = await compact("keep the file names");
+    expect(done).toMatchObject({ compacted: true, note: "", fromSeq: entries[0]!.seq, toSeq: entries.at(-1)!.seq, seq: events.length + 2, costUsd: 0.002 });
+    expect(done.tokensAfter).toBeLessThan(done.tokensBefore);
+    // The summary request is the model's view plus the instruction, with the person's words in it.
+    const asked = requests.filter(isSummary);
+    expect(asked).toHaveLength(1);
+    expect(messagesJson(asked[0]!)).toBe(messagesJson({ messages: [...view, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: compactInstruction("keep the file names") })] }));
+    expect(asked[0]!.messages.at(-1)!.content).toMatch(/The user's instructions for the summary: keep the file names$/);
+    const after = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
+    expect(after.slice(events.length).map((e) => e.type)).toEqual(["user/message", "context/summarized"]);
+    expect(after.at(-2)!.surface).toMatchObject({ kind: Surface_Kind.KIND_REPLACE, replaceFromSeq: done.fromSeq, replaceToSeq: done.toSeq, origin: "compaction:summary" });
+    expect(after.at(-1)!.payload).toMatchObject({ $case: "contextSummarized", value: { fromSeq: done.fromSeq, toSeq: done.toSeq, summarySeq: events.length + 1, model: "scripted-summary", costUsd: 0.002 } });
+    expect(deriveRequest(after).messages.map((m) => m.content)).toEqual([`${SUMMARY_HEADING}SUMMARY of the work`]);
+
+    expect(await compact()).toMatchObject({ compacted: false, seq: 0, note: expect.stringContaining("nothing to compact") });
+    expect(await readAll(bus.nc, bus.names, { tenant: "local", sessionId })).toHaveLength(after.length);
+
+    // A turn holds the session: the compaction is refused, and the turn goes on.
+    let open!: () => void;
+    llmGate = new Promise((resolve) => (open = resolve));
+    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "next" }, SubmitMessageResponse);
+    const refused = await compact().then(() => undefined, (error: unknown) => error as { code: string; message: string; retryable: boolean });
+    expect(refused).toMatchObject({ code: "loop.compact_busy", retryable: true, message: expect.stringContaining("wait for the turn to end or cancel it") });
+    open();
+    llmGate = Promise.resolve();
+    const second = await waitFor("the second turn's end", async () => {
+      const all = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
+      return all.filter((e) => e.type === "turn/end").length === 2 && all;
+    }, { timeoutMs: 20_000, intervalMs: 50 });
+    completed(second);
+    // The next turn's request starts from the summary.
+    expect(requests.at(-1)!.messages[0]!.content).toBe(`${SUMMARY_HEADING}SUMMARY of the work`);
   });
 });
 

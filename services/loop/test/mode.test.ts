@@ -125,6 +125,17 @@ describe("sandbox mode", () => {
     expect(await modes(id)).toEqual(["danger-full-access", "workspace-write"]);
   });
 
+  it("mode - a process that ends within the grace period (a short command still finishing) does not block the change", async () => {
+    const id = await create("workspace-write");
+    // Like the read of a new session's hooks and rules files, started at its creation under workspace-write.
+    containers = { "workspace-write": [proc(9, "bash -c for p in \"$@\"; do cat \"$p\"; done")] };
+    setTimeout(() => { containers = { "workspace-write": [] }; }, 300);
+    expect((await setMode(id, "read-only")).seq).toBeGreaterThan(0);
+    expect(await modes(id)).toEqual(["workspace-write", "read-only"]);
+    // It was asked again until the process was gone, not refused at the first listing.
+    expect(listings.filter((l) => l.mode === "workspace-write").length).toBeGreaterThan(1);
+  });
+
   it("mode - a process named like the exec agent still blocks the change: nothing is skipped by name", async () => {
     const id = await create("danger-full-access");
     containers = { "danger-full-access": [proc(31, "python3 -I -S -B /opt/tack/agent.py"), proc(32, "/opt/tack/agent.py")] };

@@ -8,7 +8,7 @@ import { TackError } from "@tack/bus";
 import type { Approval, McpServerConfig } from "./config.js";
 import { renderContent, type McpContentBlock } from "./content.js";
 import { publicToolName } from "./names.js";
-import { createTransport, spawnOnHost, tail, type Spawn, type SpawnedTransport } from "./transport.js";
+import { createTransport, spawnOnHost, tail, type HttpOptions, type Spawn, type SpawnedTransport } from "./transport.js";
 
 /** Longest description passed to the model; a longer one is cut and says so. */
 export const DESCRIPTION_CAP = 2048;
@@ -68,6 +68,8 @@ export interface BridgeOptions {
   backoff?: BackoffOptions;
   /** How stdio servers are started (default: host child processes). */
   spawn?: Spawn;
+  /** How HTTP servers are reached (the guard, or a test's fetch). */
+  http?: HttpOptions;
 }
 
 /** Pin of a tool: what the user agreed to when it was first listed. */
@@ -107,6 +109,7 @@ export class McpBridge {
   readonly #startTimeoutMs: number;
   readonly #backoff: Required<BackoffOptions>;
   readonly #spawn: Spawn;
+  readonly #http: HttpOptions;
   /** Warnings not yet taken by `takeWarnings`. */
   #pending: string[] = [];
   #closed = false;
@@ -116,6 +119,7 @@ export class McpBridge {
     this.#startTimeoutMs = options.startTimeoutMs ?? 30_000;
     this.#backoff = { initialMs: 500, maxMs: 30_000, attempts: 10, stableMs: 30_000, ...options.backoff };
     this.#spawn = options.spawn ?? spawnOnHost;
+    this.#http = options.http ?? {};
     for (const [name, config] of Object.entries(options.servers)) this.#connections.set(name, new Connection(name, config));
   }
 
@@ -129,6 +133,7 @@ export class McpBridge {
     await Promise.all([...bridge.#connections.values()].map((c) => bridge.#connect(c).catch((error: unknown) => {
       c.state = "failed";
       c.error = (error as Error).message;
+      bridge.#warn(c, c.error);
     })));
     return bridge;
   }
@@ -233,7 +238,7 @@ export class McpBridge {
   }
 
   async #connect(c: Connection): Promise<void> {
-    const spawned = createTransport(c.name, c.config, this.#spawn);
+    const spawned = createTransport(c.name, c.config, this.#spawn, this.#http);
     const stderr = tail(spawned.stderr);
     const client = new Client({ name: "tack-mcp", version: "0.1.0" }, { capabilities: {} });
     c.spawned = spawned;

@@ -23,6 +23,8 @@ export const StdioServerConfig = z.strictObject({
   args: z.array(z.string()).default([]),
   env: z.record(z.string(), z.string()).default({}),
   cwd: z.string().min(1).optional(),
+  /** Where the process runs: the session's sandbox container (default), or, for the operator's own servers only, a host child process. */
+  run: z.enum(["sandbox", "host"]).optional().describe("sandbox (default): in the session's sandbox container; host: a child process of the MCP service (operator configuration only)"),
   ...toolFilters,
 });
 export type StdioServerConfig = z.infer<typeof StdioServerConfig>;
@@ -68,6 +70,31 @@ export function parseServers(input: unknown, source = "mcp configuration"): Reco
     out[name] = parsed.data;
   }
   return out;
+}
+
+/** Servers that validated, and a message for each one that did not (it is left out). */
+export interface LenientServers {
+  readonly servers: Record<string, McpServerConfig>;
+  /** Server name → what is wrong with its entry. */
+  readonly broken: Record<string, string>;
+}
+
+/**
+ * Like `parseServers`, but one broken entry does not spoil the others: each entry is checked on
+ * its own and a bad one is reported in `broken` (the whole input not being an object still throws).
+ */
+export function parseServersLenient(input: unknown, source: string): LenientServers {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) parseServers(input, source);
+  const servers: Record<string, McpServerConfig> = {};
+  const broken: Record<string, string> = {};
+  for (const [name, raw] of Object.entries(input as Record<string, unknown>)) {
+    try {
+      Object.assign(servers, parseServers({ [name]: raw }, source));
+    } catch (error) {
+      broken[name] = (error as Error).message;
+    }
+  }
+  return { servers, broken };
 }
 
 /** The configuration file formats `importMcpConfig` reads. */
@@ -139,6 +166,32 @@ export function importMcpConfig(text: string, format: McpConfigFormat, source: s
     throw new TackError("mcp.invalid_config", `${source}: not valid JSON: ${(error as Error).message}`, { cause: error });
   }
   return parseServers(fromMcpServers(document, source), source);
+}
+
+/**
+ * Parses a `.mcp.json`-format text (`{"mcpServers": {...}}`) entry by entry: a file that is not
+ * JSON or has no `mcpServers` object throws; a bad entry is reported in `broken`, the rest kept.
+ */
+export function importMcpJsonLenient(text: string, source: string): LenientServers {
+  let document: unknown;
+  try {
+    document = JSON.parse(text);
+  } catch (error) {
+    throw new TackError("mcp.invalid_config", `${source}: not valid JSON: ${(error as Error).message}`, { cause: error });
+  }
+  if (typeof document !== "object" || document === null || !("mcpServers" in document)) fromMcpServers(document, source);
+  const entries = (document as { mcpServers: unknown }).mcpServers;
+  if (typeof entries !== "object" || entries === null || Array.isArray(entries)) fromMcpServers(document, source);
+  const servers: Record<string, McpServerConfig> = {};
+  const broken: Record<string, string> = {};
+  for (const [name, raw] of Object.entries(entries as Record<string, unknown>)) {
+    try {
+      Object.assign(servers, parseServers(fromMcpServers({ mcpServers: { [name]: raw } }, source), source));
+    } catch (error) {
+      broken[name] = (error as Error).message;
+    }
+  }
+  return { servers, broken };
 }
 
 /** Reads `.mcp.json`, `claude_desktop_config.json` or Codex's `config.toml`, the format told by the file name. */

@@ -1,5 +1,6 @@
 // Executable entry of the MCP bridge: `tsx services/mcp/src/main.ts` (env NATS_URL, TACK_NAMESPACE,
-// TACK_MCP_CONFIG = a .mcp.json, claude_desktop_config.json or Codex config.toml; none: no servers).
+// TACK_MCP_CONFIG = the operator's .mcp.json, claude_desktop_config.json or Codex config.toml; none:
+// no operator servers; TACK_MCP_HTTP_ALLOW = CIDRs HTTP servers may have beyond the public internet).
 import { commonConfig, runMain } from "@tack/config";
 import { initTelemetry } from "@tack/telemetry";
 import { TackError } from "@tack/bus";
@@ -17,6 +18,7 @@ await runMain("mcp", async () => {
     natsAuth: commonConfig().natsAuth,
     namespace: process.env.TACK_NAMESPACE || undefined,
     servers,
+    httpAllow: process.env.TACK_MCP_HTTP_ALLOW ?? "",
     callTimeoutMs: timeout === undefined ? undefined : Number(timeout),
   });
   return { stop: async () => { await service.stop(); await telemetry.shutdown(); } };

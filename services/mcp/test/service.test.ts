@@ -1,7 +1,9 @@
-// The bus service: mcp.list and mcp.call over NATS, and micro discovery.
+// The bus service: mcp.list and mcp.call over NATS, and micro discovery, with the operator's
+// `run: "host"` servers (the sandboxed path is test/sandbox.test.ts).
 import { randomBytes } from "node:crypto";
 import { Bus } from "@tack/bus";
 import { CallMcpToolRequest, CallMcpToolResponse, ListMcpToolsRequest, ListMcpToolsResponse } from "@tack/proto";
+import { waitFor } from "@tack/testkit";
 import { afterEach, beforeEach, expect, it } from "vitest";
 import { startMcpService, type McpService } from "../src/index.js";
 import { everything, stdio } from "./support.js";
@@ -17,9 +19,10 @@ beforeEach(async () => {
     natsUrl: NATS_URL,
     namespace,
     servers: {
-      everything: everything({ approval: { echo: "never" } }),
-      broken: stdio(process.execPath, ["-e", "process.exit(2)"]),
+      everything: everything({ approval: { echo: "never" }, run: "host" }),
+      broken: stdio(process.execPath, ["-e", "process.exit(2)"], { run: "host" }),
     },
+    home: null,
   });
   client = await Bus.connect({ url: NATS_URL, namespace, name: "test-client" });
 });
@@ -28,28 +31,66 @@ afterEach(async () => {
   await service.stop();
 });
 
+const request = (sessionId: string) => ({ tenant: "acme", sessionId, workspace: "", sandboxMode: "workspace-write" });
+
 it("lists tools and server states and calls a tool over the bus", async () => {
-  const listed = await client.request(client.names.mcpList, ListMcpToolsRequest, {}, ListMcpToolsResponse);
+  const configured = await client.request(client.names.mcpList, ListMcpToolsRequest, request(""), ListMcpToolsResponse);
+  expect(configured.servers.map((s) => [s.name, s.state, s.source, s.transport])).toEqual([["everything", "configured", "operator", "stdio"], ["broken", "configured", "operator", "stdio"]]);
+  expect(configured.tools).toEqual([]);
+
+  const listed = await client.request(client.names.mcpList, ListMcpToolsRequest, request("h1"), ListMcpToolsResponse, { timeoutMs: 60_000 });
   const echo = listed.tools.find((t) => t.publicName === "mcp__everything__echo")!;
   expect(echo).toMatchObject({ server: "everything", tool: "echo", approval: "never" });
   expect(JSON.parse(echo.parametersJson)).toMatchObject({ type: "object", required: ["message"] });
   expect(listed.tools.find((t) => t.tool === "get-sum")!.approval).toBe("ask");
   expect(listed.servers.map((s) => [s.name, s.state])).toEqual([["everything", "ready"], ["broken", "failed"]]);
   expect(listed.servers[1]!.error).toContain('MCP server "broken" did not start');
+  expect(listed.servers[1]!.warnings).toEqual([listed.servers[1]!.error]);
   expect(listed.servers[0]!.tools).toContain("mcp__everything__echo");
 
-  const call = await client.request(client.names.mcpCall, CallMcpToolRequest, { publicName: "mcp__everything__echo", argumentsJson: '{"message":"bus"}', callId: "c1" }, CallMcpToolResponse);
-  expect(call).toMatchObject({ content: "Echo: bus", isError: false });
+  const call = await client.request(client.names.mcpCall, CallMcpToolRequest, { publicName: "mcp__everything__echo", argumentsJson: '{"message":"bus"}', callId: "c1", ...request("h1") }, CallMcpToolResponse);
+  expect(call).toMatchObject({ content: "Echo: bus", isError: false, server: "everything", tool: "echo" });
   expect(JSON.parse(call.rawJson)).toEqual({ content: [{ type: "text", text: "Echo: bus" }] });
   expect(call.durationMs).toBeGreaterThan(0);
 
-  await expect(client.request(client.names.mcpCall, CallMcpToolRequest, { publicName: "mcp__nobody__x", argumentsJson: "{}", callId: "c2" }, CallMcpToolResponse))
+  // Host servers are shared: a second session gets the same client.
+  await client.request(client.names.mcpList, ListMcpToolsRequest, request("h2"), ListMcpToolsResponse, { timeoutMs: 60_000 });
+  expect(service.sessions.bridge("h2", "everything")).toBe(service.sessions.bridge("h1", "everything"));
+
+  await expect(client.request(client.names.mcpCall, CallMcpToolRequest, { publicName: "mcp__nobody__x", argumentsJson: "{}", callId: "c2", ...request("h1") }, CallMcpToolResponse))
     .rejects.toMatchObject({ code: "mcp.unknown_tool" });
+  await expect(client.request(client.names.mcpCall, CallMcpToolRequest, { publicName: "mcp__everything__echo", argumentsJson: "{}", callId: "c3", ...request("") }, CallMcpToolResponse))
+    .rejects.toMatchObject({ code: "mcp.bad_request" });
 });
 
 it("answers micro discovery as tack-mcp in its namespace", async () => {
-  const reply = await client.nc.request("$SRV.INFO.tack-mcp", undefined, { timeout: 5_000 });
-  const info = JSON.parse(new TextDecoder().decode(reply.data)) as { name: string; metadata: Record<string, string> };
+  // Other test runs on the same NATS answer too: find this namespace's instance among the answers.
+  const replies = await client.nc.requestMany("$SRV.INFO.tack-mcp", undefined, { maxWait: 2_000 });
+  const infos: Array<{ name: string; metadata: Record<string, string> }> = [];
+  for await (const reply of replies) infos.push(JSON.parse(new TextDecoder().decode(reply.data)));
+  const info = infos.find((i) => i.metadata.namespace === namespace)!;
   expect(info.name).toBe("tack-mcp");
   expect(info.metadata).toMatchObject({ namespace, service: "mcp" });
+});
+
+it("stops a session's clients after its idle time, and a host server no session uses any more", async () => {
+  const idle = await startMcpService({ natsUrl: NATS_URL, namespace: `t${randomBytes(6).toString("hex")}`, servers: { everything: everything({ run: "host" }) }, home: null, idleMs: 300 });
+  try {
+    const listed = await idle.sessions.list({ ...request("i1") });
+    expect(listed.servers[0]!.state).toBe("ready");
+    const bridge = idle.sessions.bridge("i1", "everything")!;
+    const pid = bridge.pid("everything")!;
+    expect(() => process.kill(pid, 0)).not.toThrow();
+    await waitFor("i1 idled out", () => (idle.sessions.sessions.length === 0 ? true : undefined), { timeoutMs: 10_000 });
+    await waitFor("the host server stopped", () => {
+      try {
+        process.kill(pid, 0);
+        return undefined;
+      } catch {
+        return true;
+      }
+    }, { timeoutMs: 10_000 });
+  } finally {
+    await idle.stop();
+  }
 });

@@ -8,13 +8,19 @@ a JSON header, then the raw body bytes.
   service -> agent  {"op":"hello"}                               kill what an earlier connection left running
                     {"op":"run","id":N,"argv":[..],"cwd":"/workspace","timeout_ms":T,"cap":C}  body = stdin
                     {"op":"ps","id":N}                           list the container's processes
+                    {"op":"spawn","id":N,"argv":[..],"cwd":"/workspace","env":{..}}  a long-lived process (protocol 3)
+                    {"op":"in","id":N,"eof":B}                   body = bytes for a spawned process's stdin; eof closes it
+                    {"op":"kill","id":N}                         SIGKILL a spawned process's group
   agent -> service  {"op":"hello","protocol":P,"pid":PID}
+                    {"op":"spawned","id":N,"pid":PID}            a spawned process runs (its output and exit follow as for run)
                     {"op":"out","id":N,"fd":1|2}                  body = an output chunk (only the first C bytes per stream)
                     {"op":"exit","id":N,"code":E,"timed_out":B,"truncated":B}
                     {"op":"ps","id":N,"processes":[{"pid":P,"ppid":P,"command":S,"state":S},..],"truncated":B}
 
 Each command runs in a new session (its own process group). At its timeout the whole group
-gets SIGKILL and the exit code is 137. Stdlib only: the image has python3 and nothing else.
+gets SIGKILL and the exit code is 137. A spawned process has no timeout and no output cap: it
+lives until it exits, is killed, or a new connection says hello; its environment is PATH, HOME
+and LANG of the agent's plus the request's `env` (decision 0016). Stdlib only: the image has python3 and nothing else.
 
 The channel is what the service trusts, and commands run as the agent's own user, so the agent
 keeps it out of their reach (docs/decisions/0010-agent-channel.md): it is PID 1 (no init in
@@ -33,7 +39,7 @@ import sys
 import threading
 import time
 
-PROTOCOL = 2
+PROTOCOL = 3
 PREFIX = struct.Struct(">II")
 # Longest a request may be: the bus limits stdin to well under this.
 MAX_FRAME = 4 * 1024 * 1024
@@ -61,6 +67,12 @@ children_lock = threading.Lock()
 exits = {}  # pid -> Exit, for the processes the agent started itself
 spawned = threading.Event()
 child_env = {}
+streams_lock = threading.Lock()
+streams = {}  # id -> Stream, the spawned processes
+# What a spawned process's environment takes from the agent's (the rest comes from its request).
+SPAWN_PASSED_ENV = ("PATH", "HOME", "LANG")
+# Input queued for a spawned process that does not read it; past this the process is killed.
+MAX_PENDING_INPUT = 16 * 1024 * 1024
 
 
 class Exit:
@@ -259,6 +271,151 @@ def finish(command_id, process, waiter, stdin, cap, deadline, oom_before):
     send({"op": "exit", "id": command_id, "code": 128 - code if code < 0 else code, "timed_out": timed_out, "truncated": truncated})
 
 
+class Stream:
+    """A spawned process: its stdin is fed by a writer thread so that the channel never blocks on it."""
+
+    __slots__ = ("process", "queue", "pending", "cond", "closed")
+
+    def __init__(self, process):
+        self.process = process
+        self.queue = []  # bytes, or None for end of input
+        self.pending = 0
+        self.cond = threading.Condition()
+        self.closed = False
+
+    def put(self, data, eof):
+        with self.cond:
+            if self.closed:
+                return True
+            if data:
+                self.pending += len(data)
+                if self.pending > MAX_PENDING_INPUT:
+                    return False
+                self.queue.append(data)
+            if eof:
+                self.queue.append(None)
+            self.cond.notify()
+        return True
+
+    def write_loop(self):
+        stdin = self.process.stdin
+        while True:
+            with self.cond:
+                while not self.queue:
+                    self.cond.wait()
+                item = self.queue.pop(0)
+                if item is not None:
+                    self.pending -= len(item)
+            if item is None:
+                break
+            try:
+                view = memoryview(item)
+                while view:
+                    view = view[os.write(stdin.fileno(), view):]
+            except (ValueError, OSError):
+                break
+        with self.cond:
+            self.closed = True
+            self.queue.clear()
+        try:
+            stdin.close()
+        except OSError:
+            pass
+
+
+def spawn(request):
+    """Starts a long-lived process; its output is sent as it comes, its exit code at the end."""
+    command_id = request["id"]
+    argv = request["argv"]
+    cwd = request.get("cwd") or "/workspace"
+    env = {name: child_env[name] for name in SPAWN_PASSED_ENV if name in child_env}
+    env.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+    try:
+        with children_lock:
+            process = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, close_fds=True, bufsize=0,
+            )
+            waiter = exits[process.pid] = Exit()
+    except FileNotFoundError as error:
+        if error.filename == cwd:
+            spawn_failure(command_id, f"tack-agent: cannot use working directory {cwd}: {error.strerror}\n", 126)
+        else:
+            spawn_failure(command_id, f"tack-agent: {argv[0]}: command not found\n", 127)
+        return
+    except (PermissionError, NotADirectoryError, OSError) as error:
+        spawn_failure(command_id, f"tack-agent: cannot run {argv[0]} in {cwd}: {error.strerror}\n", 126)
+        return
+    spawned.set()
+    stream = Stream(process)
+    with streams_lock:
+        streams[command_id] = stream
+    with running_lock:
+        running[command_id] = process
+    send({"op": "spawned", "id": command_id, "pid": process.pid})
+    try:
+        threading.Thread(target=stream.write_loop, daemon=True).start()
+        pump(command_id, process, waiter)
+    finally:
+        with streams_lock:
+            streams.pop(command_id, None)
+        with running_lock:
+            running.pop(command_id, None)
+        stream.put(b"", True)
+        if process.returncode is None:
+            process.returncode = waiter.code if waiter.code is not None else -signal.SIGKILL
+
+
+def pump(command_id, process, waiter):
+    """Sends a spawned process's output until it exited (and its group is gone), then its exit code."""
+    selector = selectors.DefaultSelector()
+    for fd, pipe in ((1, process.stdout), (2, process.stderr)):
+        os.set_blocking(pipe.fileno(), False)
+        selector.register(pipe.fileno(), selectors.EVENT_READ, fd)
+    finish_by = None
+    while selector.get_map():
+        now = time.monotonic()
+        if finish_by is not None and now >= finish_by:
+            break
+        events = selector.select(timeout=0.05 if finish_by is not None else 1.0)
+        if finish_by is None and waiter.done.is_set():
+            finish_by = time.monotonic() + DRAIN_AFTER_EXIT_S
+        for key, _ in events:
+            try:
+                chunk = os.read(key.fd, CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                selector.unregister(key.fd)
+                continue
+            send({"op": "out", "id": command_id, "fd": key.data}, chunk)
+    selector.close()
+    for pipe in (process.stdout, process.stderr):
+        pipe.close()
+    # Whatever it left behind in its group goes with it.
+    kill_group(process)
+    waiter.done.wait()
+    code = process.returncode = waiter.code
+    send({"op": "exit", "id": command_id, "code": 128 - code if code < 0 else code, "timed_out": False, "truncated": False})
+
+
+def stream_input(header, body):
+    with streams_lock:
+        stream = streams.get(header.get("id"))
+    if stream is None:
+        return
+    if not stream.put(body, header.get("eof") is True):
+        sys.stderr.write(f"tack-agent: spawned process {header.get('id')} left over {MAX_PENDING_INPUT} bytes of input unread; killing it\n")
+        kill_group(stream.process)
+
+
+def stream_kill(header):
+    with streams_lock:
+        stream = streams.get(header.get("id"))
+    if stream is not None:
+        kill_group(stream.process)
+
+
 def list_processes():
     """Every live process of the container but this one, read from /proc; zombies are left out."""
     own = os.getpid()
@@ -322,6 +479,15 @@ def serve():
             except RuntimeError as error:
                 # Threads count against the pids limit: a fork bomb in another command must not end the agent.
                 spawn_failure(header["id"], f"tack-agent: cannot start {header['argv'][0]}: {error} (the sandbox is at its process limit)\n", 126)
+        elif header["op"] == "spawn":
+            try:
+                threading.Thread(target=spawn, args=(header,), daemon=True).start()
+            except RuntimeError as error:
+                spawn_failure(header["id"], f"tack-agent: cannot start {header['argv'][0]}: {error} (the sandbox is at its process limit)\n", 126)
+        elif header["op"] == "in":
+            stream_input(header, body)
+        elif header["op"] == "kill":
+            stream_kill(header)
         elif header["op"] == "ps":
             # Answered here rather than on a thread: it must work when the pids limit leaves no room for one.
             processes, truncated = list_processes()

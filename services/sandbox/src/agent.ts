@@ -1,15 +1,16 @@
 import { randomBytes } from "node:crypto";
-import type { Socket } from "node:net";
-import type Docker from "dockerode";
 import { TackError } from "@tack/bus";
-import { dockerFailure } from "./docker.js";
+import type { AgentStreams, SandboxBackend } from "./backend.js";
 
-/** Protocol version spoken by `agent/agent.py`; an agent that answers another one is not used. 2: the agent is PID 1 and answers `ps`. */
-export const AGENT_PROTOCOL = 2;
+/**
+ * Protocol version spoken by `agent/agent.py`. 2: the agent is PID 1 and answers `ps`; 3: it also
+ * runs long-lived processes with streamed stdin (`spawn`, decision 0016). Agents of 2 (containers
+ * created before) are still used for everything else; older or newer ones are not used.
+ */
+export const AGENT_PROTOCOL = 3;
+const OLDEST_PROTOCOL = 2;
 // Largest frame either side sends: stdin is bounded by the bus, output chunks are 64 KiB.
 const MAX_FRAME = 4 * 1024 * 1024;
-// Docker's multiplexed attach stream: 8-byte header (stream type, 3 zero bytes, u32 length).
-const DOCKER_HEADER = 8;
 const AGENT_PREFIX = 8;
 // How much of the agent's own stderr is kept to explain why it stopped.
 const STDERR_TAIL = 2048;
@@ -74,8 +75,47 @@ interface Pending {
   readonly timer: NodeJS.Timeout;
 }
 
+/** A long-lived process for `spawn`: no timeout, no output cap, stdin written as it comes. */
+export interface SpawnCommand {
+  readonly argv: readonly string[];
+  readonly cwd: string;
+  /** Added to the container's PATH, HOME and LANG; nothing else reaches the process. */
+  readonly env: Readonly<Record<string, string>>;
+}
+
+/** How a spawned process ended. */
+export interface SpawnExit {
+  /** Exit code, 128+N for signal N; -1 when the channel died before the agent said. */
+  readonly code: number;
+  /** Empty when the process exited by itself or was killed on request; else why it is gone (the channel died). */
+  readonly reason: string;
+}
+
+/** The service's handle of one spawned process. */
+export interface SpawnedProcess {
+  readonly pid: number;
+  /** Bytes for its stdin (dropped once it exited). */
+  write(data: Uint8Array): void;
+  /** Closes its stdin. */
+  endInput(): void;
+  /** SIGKILLs its process group; `exit` follows. */
+  kill(): void;
+  /** Resolves once it exited, was killed or the channel died. */
+  readonly exit: Promise<SpawnExit>;
+}
+
+interface PendingSpawn {
+  readonly onOutput: (fd: 1 | 2, chunk: Buffer) => void;
+  readonly started: (pid: number) => void;
+  readonly failedToStart: (error: TackError) => void;
+  readonly exited: (exit: SpawnExit) => void;
+  stderr: Buffer[];
+  pid?: number;
+}
+
 interface Header {
   op?: unknown;
+  pid?: unknown;
   id?: unknown;
   fd?: unknown;
   code?: unknown;
@@ -86,46 +126,42 @@ interface Header {
 }
 
 /**
- * The service's end of one container's exec agent: a hijacked `docker attach` to the agent's
+ * The service's end of one container's exec agent: the backend's attach to the agent's
  * stdin/stdout carrying length-prefixed frames, several commands at once. When the stream ends
  * (the agent or its container stopped) every command in flight fails with `sandbox.agent_lost`
  * and the channel stays dead; there is no other way to run a command.
  */
 export class AgentChannel {
-  readonly #socket: Socket;
-  readonly #container: Docker.Container;
+  readonly #streams: AgentStreams;
+  readonly #stopped: () => Promise<string | undefined>;
   readonly #label: string;
   readonly #pending = new Map<string, Pending>();
   readonly #listings = new Map<string, PendingListing>();
+  readonly #spawns = new Map<string, PendingSpawn>();
+  #protocol = 0;
   readonly #nonce = randomBytes(4).toString("hex");
   #next = 0;
-  #docker: Buffer = Buffer.alloc(0);
   #frames: Buffer = Buffer.alloc(0);
   #stderrTail = "";
   #hello: ((error?: TackError) => void) | undefined;
   #deadReason: string | undefined;
   readonly #onDead: Array<(reason: string) => void> = [];
 
-  private constructor(socket: Socket, container: Docker.Container, label: string) {
-    this.#socket = socket;
-    this.#container = container;
+  private constructor(streams: AgentStreams, stopped: () => Promise<string | undefined>, label: string) {
+    this.#streams = streams;
+    this.#stopped = stopped;
     this.#label = label;
-    socket.on("data", (chunk: Buffer) => this.#onData(chunk));
-    socket.on("end", () => this.#die("its output ended (the agent or its container stopped)"));
-    socket.on("close", () => this.#die("the attach connection closed"));
-    socket.on("error", (error) => this.#die(`the attach connection failed: ${error.message}`));
+    streams.listen({
+      stdout: (chunk) => this.#onFrames(chunk),
+      stderr: (chunk) => (this.#stderrTail = (this.#stderrTail + chunk.toString()).slice(-STDERR_TAIL)),
+      ended: (reason) => this.#die(reason),
+    });
   }
 
-  /** Attaches to `container` (created, started or not); `handshake` must follow once it runs. */
-  static async attach(container: Docker.Container, label: string): Promise<AgentChannel> {
-    let socket: Socket;
-    try {
-      socket = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Socket;
-    } catch (error) {
-      throw dockerFailure(error, `attach to the exec agent of ${label}`);
-    }
-    socket.setNoDelay?.(true);
-    return new AgentChannel(socket, container, label);
+  /** Attaches to the sandbox `id` of `backend` (created, started or not); `handshake` must follow once it runs. */
+  static async attach(backend: SandboxBackend, id: string, label: string): Promise<AgentChannel> {
+    const streams = await backend.attach(id, label);
+    return new AgentChannel(streams, () => stopCause(backend, id, label), label);
   }
 
   /** True until the stream ended or broke. */
@@ -209,10 +245,68 @@ export class AgentChannel {
     });
   }
 
+  /**
+   * Starts a long-lived process (protocol 3): its output goes to `onOutput` as it comes, its
+   * stdin is written with `write`. Resolves once it runs; fails with `sandbox.spawn_failed` (its
+   * stderr quoted) when it cannot start, `sandbox.agent_outdated` when the container's agent
+   * predates spawning, `sandbox.agent_lost` when the channel is dead.
+   */
+  spawn(command: SpawnCommand, onOutput: (fd: 1 | 2, chunk: Buffer) => void): Promise<SpawnedProcess> {
+    if (!this.alive) return Promise.reject(this.#lost());
+    if (this.#protocol < 3) {
+      return Promise.reject(new TackError("sandbox.agent_outdated", `the exec agent of ${this.#label} speaks protocol ${this.#protocol}, which cannot run long-lived processes; release the sandbox so that it is created with the current agent`));
+    }
+    const id = `${this.#nonce}-${this.#next++}`;
+    let exited!: (exit: SpawnExit) => void;
+    const exit = new Promise<SpawnExit>((resolve) => (exited = resolve));
+    return new Promise<SpawnedProcess>((resolve, reject) => {
+      const pending: PendingSpawn = {
+        onOutput,
+        stderr: [],
+        exited,
+        failedToStart: reject,
+        started: (pid) => resolve({
+          pid,
+          exit,
+          write: (data) => {
+            if (this.alive && this.#spawns.has(id) && data.length > 0) this.#send({ op: "in", id }, data);
+          },
+          endInput: () => {
+            if (this.alive && this.#spawns.has(id)) this.#send({ op: "in", id, eof: true });
+          },
+          kill: () => {
+            if (this.alive && this.#spawns.has(id)) this.#send({ op: "kill", id });
+          },
+        }),
+      };
+      this.#spawns.set(id, pending);
+      this.#send({ op: "spawn", id, argv: command.argv, cwd: command.cwd, env: command.env });
+    });
+  }
+
+  #onSpawnFrame(id: string, spawn: PendingSpawn, header: Header, body: Buffer): void {
+    if (header.op === "spawned") {
+      spawn.pid = Number.isSafeInteger(header.pid) ? (header.pid as number) : 0;
+      spawn.started(spawn.pid);
+    } else if (header.op === "out") {
+      const fd = header.fd === 2 ? 2 : 1;
+      // Before it runs, stderr is the agent's reason it could not start.
+      if (spawn.pid === undefined) spawn.stderr.push(body);
+      else spawn.onOutput(fd, body);
+    } else if (header.op === "exit") {
+      this.#spawns.delete(id);
+      const code = typeof header.code === "number" ? header.code : -1;
+      if (spawn.pid === undefined) {
+        spawn.failedToStart(new TackError("sandbox.spawn_failed", `the process did not start in ${this.#label} (exit code ${code}): ${Buffer.concat(spawn.stderr).toString().trim()}`));
+      }
+      spawn.exited({ code, reason: "" });
+    }
+  }
+
   /** Closes the connection; the agent keeps running and a later attach can take it over. */
   close(): void {
     this.#die("the service closed the channel", false);
-    this.#socket.destroy();
+    this.#streams.destroy();
   }
 
   #send(header: Record<string, unknown>, body: Uint8Array = new Uint8Array()): void {
@@ -220,21 +314,7 @@ export class AgentChannel {
     const prefix = Buffer.alloc(AGENT_PREFIX);
     prefix.writeUInt32BE(json.length, 0);
     prefix.writeUInt32BE(body.length, 4);
-    this.#socket.write(Buffer.concat([prefix, json, body]));
-  }
-
-  #onData(chunk: Buffer): void {
-    this.#docker = this.#docker.length ? Buffer.concat([this.#docker, chunk]) : chunk;
-    while (this.#docker.length >= DOCKER_HEADER) {
-      const length = this.#docker.readUInt32BE(4);
-      if (this.#docker.length < DOCKER_HEADER + length) break;
-      const stream = this.#docker[0];
-      const payload = this.#docker.subarray(DOCKER_HEADER, DOCKER_HEADER + length);
-      this.#docker = this.#docker.subarray(DOCKER_HEADER + length);
-      if (stream === 2) this.#stderrTail = (this.#stderrTail + payload.toString()).slice(-STDERR_TAIL);
-      else this.#onFrames(payload);
-      if (!this.alive) return;
-    }
+    this.#streams.write(Buffer.concat([prefix, json, body]));
   }
 
   #onFrames(bytes: Buffer): void {
@@ -261,13 +341,17 @@ export class AgentChannel {
 
   #onFrame(header: Header, body: Buffer): void {
     if (header.op === "hello") {
-      if (header.protocol !== AGENT_PROTOCOL) {
-        this.#hello?.(this.#failure(`it speaks protocol ${String(header.protocol)}, not ${AGENT_PROTOCOL}; release the sandbox so that it is created again`));
+      const protocol = typeof header.protocol === "number" ? header.protocol : 0;
+      if (protocol < OLDEST_PROTOCOL || protocol > AGENT_PROTOCOL) {
+        this.#hello?.(this.#failure(`it speaks protocol ${String(header.protocol)}, not ${OLDEST_PROTOCOL}-${AGENT_PROTOCOL}; release the sandbox so that it is created again`));
       } else {
+        this.#protocol = protocol;
         this.#hello?.();
       }
       return;
     }
+    const spawn = typeof header.id === "string" ? this.#spawns.get(header.id) : undefined;
+    if (spawn) return this.#onSpawnFrame(header.id as string, spawn, header, body);
     if (header.op === "ps") {
       const listing = typeof header.id === "string" ? this.#listings.get(header.id) : undefined;
       if (!listing) return;
@@ -304,7 +388,7 @@ export class AgentChannel {
   // The agent's output is the only trusted thing in the container's stdout; anything malformed ends the channel.
   #violation(what: string): void {
     this.#die(`the agent ${what}`);
-    this.#socket.destroy();
+    this.#streams.destroy();
   }
 
   // Marks the channel dead at once; what waits on it fails once the engine said why (when `explain`).
@@ -313,7 +397,7 @@ export class AgentChannel {
     const tail = this.#stderrTail.trim().split("\n").at(-1);
     const withTail = (what: string) => (tail ? `${what}; its last words: ${tail}` : what);
     this.#deadReason = withTail(reason);
-    void (explain ? this.#stopCause() : Promise.resolve(undefined)).then((cause) => {
+    void (explain ? this.#stopped() : Promise.resolve(undefined)).then((cause) => {
       if (cause) this.#deadReason = withTail(cause);
       this.#hello?.(this.#failure(this.#deadReason ?? reason));
       for (const waiting of [this.#pending, this.#listings]) {
@@ -323,21 +407,13 @@ export class AgentChannel {
           pending.reject(this.#lost());
         }
       }
+      for (const [id, spawn] of this.#spawns) {
+        this.#spawns.delete(id);
+        if (spawn.pid === undefined) spawn.failedToStart(this.#lost());
+        spawn.exited({ code: -1, reason: `the sandbox's exec agent stopped (${this.#deadReason ?? reason})` });
+      }
       for (const listener of this.#onDead.splice(0)) listener(this.#deadReason ?? reason);
     });
-  }
-
-  // Why the container stopped, once the engine knows it stopped: the memory limit, or the agent's exit.
-  async #stopCause(): Promise<string | undefined> {
-    const deadline = Date.now() + EXPLAIN_WITHIN_MS;
-    while (Date.now() < deadline) {
-      const state = await this.#container.inspect().then((info) => info.State, () => undefined);
-      if (!state) return undefined;
-      if (state.OOMKilled) return "the container was killed for going over its memory limit";
-      if (!state.Running) return `the container stopped: its exec agent exited with code ${state.ExitCode}`;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    return undefined;
   }
 
   #lost(): TackError {
@@ -351,6 +427,19 @@ export class AgentChannel {
   #failure(what: string): TackError {
     return new TackError("sandbox.agent_failed", `the exec agent of ${this.#label} did not come up: ${what}`, { retryable: true });
   }
+}
+
+// Why the sandbox stopped, once the backend knows it stopped: the memory limit, or the agent's exit.
+async function stopCause(backend: SandboxBackend, id: string, label: string): Promise<string | undefined> {
+  const deadline = Date.now() + EXPLAIN_WITHIN_MS;
+  while (Date.now() < deadline) {
+    const state = await backend.state(id, label).catch(() => undefined);
+    if (!state) return undefined;
+    if (state.oomKilled) return "the container was killed for going over its memory limit";
+    if (!state.running) return `the container stopped: its exec agent exited with code ${state.exitCode}`;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return undefined;
 }
 
 // The agent's listing, kept to what a well-formed one holds: the channel is not trusted to be well-formed.

@@ -3,6 +3,7 @@ import { isAbsolute } from "node:path";
 import { assertToken, TackError, type BusAuth } from "@tack/bus";
 import { z } from "zod";
 import { AGENT_SOURCE, defaultAgentDir } from "./agent-copy.js";
+import type { BackendFactory } from "./backend.js";
 import { loadOperatorConfig, type OperatorConfig } from "@tack/config";
 
 /** How a sandbox service instance is configured; every field but `natsUrl` has a default. */
@@ -35,10 +36,12 @@ export interface SandboxServiceOptions {
   agentDir?: string;
   /** The operator's configuration: workspace roots per tenant, managed workspaces, the sandbox user (default: `loadOperatorConfig()`). */
   operator?: OperatorConfig;
+  /** Makes the container backend (default: `DockerBackend`, the Docker engine `DOCKER_HOST` names); see the README's "Add a backend". */
+  backend?: BackendFactory;
 }
 
 /** Options after validation and defaulting; trusted from here on. */
-export type CompiledOptions = Readonly<Required<Omit<SandboxServiceOptions, "natsAuth">>>;
+export type CompiledOptions = Readonly<Required<Omit<SandboxServiceOptions, "natsAuth" | "backend">>>;
 
 const tokenOf = (kind: string) => (value: string) => {
   try {

@@ -30,7 +30,7 @@ export function placementBucket(namespace: string): string {
 }
 
 /** The subject a replica serves requests for its own containers on: `<ns>.sandbox.replica.<id>.<verb>`. */
-export function replicaSubject(namespace: string, replicaId: string, verb: "ensure" | "exec" | "release" | "processes" | "ping"): string {
+export function replicaSubject(namespace: string, replicaId: string, verb: "ensure" | "exec" | "release" | "processes" | "stdio_open" | "ping"): string {
   return `${namespace}.sandbox.replica.${replicaId}.${verb}`;
 }
 

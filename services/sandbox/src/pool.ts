@@ -1,11 +1,11 @@
 import { randomBytes } from "node:crypto";
-import type Docker from "dockerode";
 import type { AgentChannel } from "./agent.js";
 import type { InstalledAgent } from "./agent-copy.js";
-import { removeContainer, startNew, type RuntimeCheck } from "./container.js";
+import type { SandboxBackend } from "./backend.js";
+import { startNew } from "./container.js";
 import type { SlotMounts } from "./mounts.js";
 import type { CompiledOptions } from "./options.js";
-import { containerOptions, LABELS, pidsLimit, poolContainerName, type SandboxMode, type Workspace } from "./spec.js";
+import { LABELS, poolContainerName, sandboxSpec, type SandboxMode, type Workspace } from "./spec.js";
 
 /** A started pool container waiting for a session: its slot, its container and its agent's open channel. */
 export interface Slot {
@@ -35,10 +35,9 @@ const MAX_BACKOFF_MS = 60_000;
  * start. Refilled one container at a time in the background after every claim.
  */
 export class Pool {
-  readonly #docker: Docker;
+  readonly #backend: SandboxBackend;
   readonly #options: CompiledOptions;
   readonly #agent: InstalledAgent;
-  readonly #runtimes: RuntimeCheck;
   readonly #warn: (message: string) => void;
   readonly #ready: Slot[] = [];
   readonly #waiters: Array<() => void> = [];
@@ -48,11 +47,10 @@ export class Pool {
   /** The host side of the slots. */
   readonly mounts: SlotMounts;
 
-  constructor(docker: Docker, options: CompiledOptions, mounts: SlotMounts, runtimes: RuntimeCheck, warn: (message: string) => void, agent: InstalledAgent) {
+  constructor(backend: SandboxBackend, options: CompiledOptions, mounts: SlotMounts, warn: (message: string) => void, agent: InstalledAgent) {
     this.#agent = agent;
-    this.#docker = docker;
+    this.#backend = backend;
     this.#options = options;
-    this.#runtimes = runtimes;
     this.mounts = mounts;
     this.#warn = warn;
   }
@@ -96,7 +94,7 @@ export class Pool {
 
   /** Removes a pool container and its slot. */
   async discard(slot: Pick<Slot, "slotId" | "containerId">): Promise<void> {
-    await removeContainer(this.#docker, slot.containerId).catch(() => undefined);
+    await this.#backend.remove(slot.containerId).catch(() => undefined);
     await this.mounts.remove(slot.slotId);
   }
 
@@ -150,11 +148,11 @@ export class Pool {
   }
 
   async #startOne(): Promise<Slot> {
-    const runtime = await this.#runtimes.check(false);
+    const traits = await this.#backend.runtime();
     const slotId = randomBytes(6).toString("hex");
     const path = await this.mounts.create(slotId);
     try {
-      const started = await startNew(this.#docker, containerOptions({
+      const started = await startNew(this.#backend, sandboxSpec({
         name: poolContainerName(this.#options.namespace, slotId),
         image: this.#options.image,
         runtime: this.#options.runtime,
@@ -162,7 +160,7 @@ export class Pool {
         user: this.#options.operator.sandbox,
         workspace: { kind: "slot", path },
         network: false,
-        pidsLimit: pidsLimit(runtime.path),
+        traits,
         agentDir: this.#agent.dir,
       }), `pool slot ${slotId}`);
       return { slotId, path, containerId: started.id, channel: started.channel };

@@ -8,12 +8,15 @@ import {
   ExecResponse,
   ListProcessesRequest,
   ListProcessesResponse,
+  OpenStdioRequest,
+  OpenStdioResponse,
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
 } from "@tack/proto";
 import { checkExecRequest, DEFAULT_TIMEOUT_MS } from "./exec.js";
 import { replicaSubject, type Placements } from "./placements.js";
 import { SessionRegistry } from "./sessions.js";
+import { checkOpenStdioRequest, type StdioStreams } from "./stdio.js";
 import { assertId, notFound, type EnsureResult, type Sandboxes } from "./sandboxes.js";
 import { MODES, parseMode, resolveWorkspace, type SandboxMode } from "./spec.js";
 
@@ -40,7 +43,10 @@ export class Router {
   readonly #operator: OperatorConfig;
   readonly #sessions: SessionRegistry;
 
-  constructor(bus: Bus, sandboxes: Sandboxes, placements: Placements, operator: OperatorConfig) {
+  #stdio: StdioStreams | undefined;
+
+  constructor(bus: Bus, sandboxes: Sandboxes, placements: Placements, operator: OperatorConfig, stdio?: StdioStreams) {
+    this.#stdio = stdio;
     this.#operator = operator;
     this.#sessions = new SessionRegistry(bus);
     this.#bus = bus;
@@ -97,6 +103,21 @@ export class Router {
     return response;
   }
 
+  /** `sandbox.stdio.open`: starts a long-lived process in the session's container of the request's mode (its first container when empty) and serves its stream. */
+  async stdioOpen(request: OpenStdioRequest, forwarded = false): Promise<OpenStdioResponse> {
+    checkOpenStdioRequest(request);
+    assertId("session id", request.sessionId);
+    const stdio = this.#stdio;
+    if (!stdio) throw new TackError("sandbox.unavailable", "this sandbox replica serves no stdio streams");
+    const mode = request.mode ? parseMode(request.mode) : await this.#firstMode(request.sessionId);
+    const result = await this.#sandboxes.withChannel(request.sessionId, mode, (channel, touch) => stdio.open(channel, request, touch));
+    if ("local" in result) return result.local;
+    if (forwarded) throw moved(request.sessionId, mode);
+    const response = await this.#forward(result.owner.replica, "stdio_open", OpenStdioRequest, { ...request, mode }, OpenStdioResponse, FORWARD_PROCESSES_MS);
+    if (!response) throw notFound(request.sessionId, mode, `replica ${result.owner.replica}, which held it, is gone`);
+    return response;
+  }
+
   /** `sandbox.release`: removes the session's container of the request's mode, or all of them when empty. */
   async release(request: ReleaseSandboxRequest, forwarded = false): Promise<boolean> {
     assertId("session id", request.sessionId);
@@ -138,7 +159,7 @@ export class Router {
   }
 
   // The owner's answer, or undefined when the owner has no subscriber (it is gone).
-  async #forward<Req, Res>(replicaId: string, verb: "ensure" | "exec" | "release" | "processes", requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, timeoutMs: number): Promise<Res | undefined> {
+  async #forward<Req, Res>(replicaId: string, verb: "ensure" | "exec" | "release" | "processes" | "stdio_open", requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, timeoutMs: number): Promise<Res | undefined> {
     try {
       // Heartbeats show the owner alive through a long command; one that dies mid-request is `bus.worker_lost` (retryable).
       return await this.#bus.request(replicaSubject(this.#bus.names.namespace, replicaId, verb), requestCodec, request, responseCodec, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS });

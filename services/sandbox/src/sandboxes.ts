@@ -1,13 +1,11 @@
 import { dirname, join } from "node:path";
-import type Docker from "dockerode";
 import { assertToken, TackError } from "@tack/bus";
 import type { ExecRequest, ExecResponse } from "@tack/proto";
 import type { AgentChannel, AgentListing } from "./agent.js";
 import type { InstalledAgent } from "./agent-copy.js";
 import { ExecMemory } from "./calls.js";
-import { removeContainer, reopen, startNew, type RuntimeCheck, type Started } from "./container.js";
-import { dockerFailure, statusOf } from "./docker.js";
-import type { Egress } from "./egress.js";
+import type { SandboxBackend, SandboxInfo } from "./backend.js";
+import { reopen, startNew, type Started } from "./container.js";
 import { runExec } from "./exec.js";
 import { randomBytes } from "node:crypto";
 import { collectAbandoned, disposeReplicaDir, removeSlotAt, SlotMounts } from "./mounts.js";
@@ -15,7 +13,7 @@ import { tenantPolicy } from "@tack/config";
 import type { CompiledOptions } from "./options.js";
 import type { Placement, Placements } from "./placements.js";
 import type { Pool } from "./pool.js";
-import { containerName, containerOptions, LABELS, needsMapping, parseContainerName, pidsLimit, type SandboxMode, type Workspace } from "./spec.js";
+import { containerName, LABELS, needsMapping, parseContainerName, sandboxSpec, type SandboxMode, type Workspace } from "./spec.js";
 
 /** What `ensure` asks for: the session's container of this mode, on this workspace. */
 export interface EnsureInput {
@@ -85,13 +83,11 @@ export function notFound(sessionId: string, mode?: string, reason?: string): Tac
  * start one. A new container comes from the warm pool when it can, else it starts cold.
  */
 export class Sandboxes {
-  readonly #docker: Docker;
+  readonly #backend: SandboxBackend;
   readonly #options: CompiledOptions;
   readonly #placements: Placements;
   readonly #pool: Pool | undefined;
-  readonly #runtimes: RuntimeCheck;
   readonly #warn: (message: string) => void;
-  readonly #egress: Egress;
   readonly #entries = new Map<string, Entry>();
   readonly #agent: InstalledAgent;
   readonly #locks = new Map<string, Promise<void>>();
@@ -99,15 +95,13 @@ export class Sandboxes {
   /** (session, mode) keys whose last container this process removed without a release: the next one's exec memory starts late. */
   readonly #disrupted = new Set<string>();
 
-  constructor(docker: Docker, options: CompiledOptions, placements: Placements, pool: Pool | undefined, runtimes: RuntimeCheck, warn: (message: string) => void, egress: Egress, agent: InstalledAgent) {
+  constructor(backend: SandboxBackend, options: CompiledOptions, placements: Placements, pool: Pool | undefined, warn: (message: string) => void, agent: InstalledAgent) {
     this.#agent = agent;
-    this.#docker = docker;
+    this.#backend = backend;
     this.#options = options;
     this.#placements = placements;
     this.#pool = pool;
-    this.#runtimes = runtimes;
     this.#warn = warn;
-    this.#egress = egress;
   }
 
   #ownMounts: Promise<SlotMounts> | undefined;
@@ -150,11 +144,11 @@ export class Sandboxes {
   async adopt(): Promise<void> {
     const kept = new Set<string>();
     for (const info of await this.#list()) {
-      const replica = info.Labels[LABELS.replica];
+      const replica = info.labels[LABELS.replica];
       if (replica && replica !== this.#options.replicaId) continue;
-      const named = parseContainerName(this.#options.namespace, info.Names[0] ?? "");
+      const named = parseContainerName(this.#options.namespace, info.name);
       const record = named && replica ? await this.#placements.get(named.sessionId, named.mode) : undefined;
-      if (named && record?.placement.replica === this.#options.replicaId && record.placement.container_id === info.Id) {
+      if (named && record?.placement.replica === this.#options.replicaId && record.placement.container_id === info.id) {
         this.#remember(named.sessionId, named.mode, record.placement, undefined);
         if (record.placement.slot) kept.add(record.placement.slot);
         continue;
@@ -221,6 +215,18 @@ export class Sandboxes {
   }
 
   /**
+   * Runs `use` with the agent channel of the session's container of `mode` (a long-lived
+   * process's stream is opened through it); `touch` marks the container used, so that it is
+   * not reaped as idle while the stream carries input. Fails like `exec` when there is none.
+   */
+  async withChannel<T>(sessionId: string, mode: SandboxMode, use: (channel: AgentChannel, touch: () => void) => Promise<T>): Promise<Owned<T>> {
+    const entry = await this.#attached(sessionId, mode);
+    if ("owner" in entry) return entry;
+    entry.lastUsedAt = Date.now();
+    return { local: await use(entry.channel, () => (entry.lastUsedAt = Date.now())) };
+  }
+
+  /**
    * Lists the live processes of the session's container of `mode`, all but its exec agent.
    * Not a use of the container: a listing does not keep it from being reaped as idle.
    */
@@ -240,8 +246,8 @@ export class Sandboxes {
         const current = this.#entries.get(k) ?? (await this.#fromRecord(sessionId, mode));
         if (current && !("owner" in current) && !current.channel) {
           // Taken back after a restart: attach to it (starting it if the host restarted meanwhile).
-          if (mode === "danger-full-access") await this.#egress.grant();
-          current.channel = await reopen(this.#docker, current.containerId, label(sessionId, mode));
+          if (mode === "danger-full-access") await this.#backend.grantNetwork();
+          current.channel = await reopen(this.#backend, current.containerId, label(sessionId, mode));
           if (!current.channel) {
             this.#entries.delete(k);
             await this.#placements.delete(sessionId, mode, current.containerId);
@@ -266,7 +272,7 @@ export class Sandboxes {
       let removed = false;
       if (entry) removed = await this.#removeEntry(entry);
       // A container of this name without a record was left by a crash between its start and its record.
-      removed = (await removeContainer(this.#docker, containerName(this.#options.namespace, sessionId, mode))) || removed;
+      removed = (await this.#backend.remove(containerName(this.#options.namespace, sessionId, mode))) || removed;
       return { local: removed };
     });
   }
@@ -276,7 +282,7 @@ export class Sandboxes {
     await this.#withLock(key(sessionId, mode), async () => {
       const current = await this.#placements.get(sessionId, mode);
       if (current?.placement.replica !== placement.replica || current.placement.container_id !== placement.container_id) return;
-      if (placement.container_id) await removeContainer(this.#docker, placement.container_id);
+      if (placement.container_id) await this.#backend.remove(placement.container_id);
       if (placement.slot) await removeSlotAt(placement.slot);
       this.#disrupted.add(key(sessionId, mode));
       await this.#placements.delete(sessionId, mode, placement.container_id);
@@ -301,9 +307,9 @@ export class Sandboxes {
    * containers nobody recorded are found too.
    */
   async sweepDeadReplicas(isAlive: (replicaId: string) => Promise<boolean>): Promise<void> {
-    const byReplica = new Map<string, Docker.ContainerInfo[]>();
+    const byReplica = new Map<string, SandboxInfo[]>();
     for (const info of await this.#list()) {
-      const replica = info.Labels[LABELS.replica];
+      const replica = info.labels[LABELS.replica];
       if (!replica || replica === this.#options.replicaId) continue;
       byReplica.set(replica, [...(byReplica.get(replica) ?? []), info]);
     }
@@ -319,14 +325,14 @@ export class Sandboxes {
       this.#warn(`replica ${replica} stopped answering; removing its ${containers.length} container(s)`);
       const slotRoots = new Set<string>();
       for (const info of containers) {
-        const named = parseContainerName(this.#options.namespace, info.Names[0] ?? "");
+        const named = parseContainerName(this.#options.namespace, info.name);
         if (named) {
-          await this.#placements.delete(named.sessionId, named.mode, info.Id);
+          await this.#placements.delete(named.sessionId, named.mode, info.id);
           // Whatever ran in it is unknown here: the session's next container must not trust unseen exec keys.
           this.#disrupted.add(key(named.sessionId, named.mode));
         }
         await this.#removeWithSlot(info);
-        const slot = info.Labels[LABELS.pool];
+        const slot = info.labels[LABELS.pool];
         if (slot) slotRoots.add(dirname(dirname(slot)));
       }
       // Its pool directory (wherever its options put it), now that none of its containers is left.
@@ -341,13 +347,8 @@ export class Sandboxes {
    * cleaning up (and were never restarted) left mounted on the host.
    */
   async collectAbandonedSlots(): Promise<void> {
-    let containers: Docker.ContainerInfo[];
-    try {
-      containers = await this.#docker.listContainers({ all: true, filters: { label: [LABELS.pool] } });
-    } catch (error) {
-      throw dockerFailure(error, "list the warm pool containers of every namespace");
-    }
-    const inUse = new Set(containers.map((info) => info.Labels[LABELS.pool] ?? ""));
+    const containers = await this.#backend.list({ [LABELS.pool]: true });
+    const inUse = new Set(containers.map((info) => info.labels[LABELS.pool] ?? ""));
     await collectAbandoned(this.#options.poolDir, inUse, join(this.#options.poolDir, this.#options.namespace, this.#options.replicaId), ABANDONED_AFTER_MS);
   }
 
@@ -358,9 +359,9 @@ export class Sandboxes {
       if (this.#entries.get(k) === entry && (await this.#removeEntry(entry))) removed += 1;
     })));
     // Also what no entry knows of: orphans of a crash, and pool containers.
-    await Promise.all((await this.#list()).filter((info) => info.Labels[LABELS.replica] === this.#options.replicaId).map(async (info) => {
-      const named = parseContainerName(this.#options.namespace, info.Names[0] ?? "");
-      if (named) await this.#placements.delete(named.sessionId, named.mode, info.Id);
+    await Promise.all((await this.#list()).filter((info) => info.labels[LABELS.replica] === this.#options.replicaId).map(async (info) => {
+      const named = parseContainerName(this.#options.namespace, info.name);
+      if (named) await this.#placements.delete(named.sessionId, named.mode, info.id);
       if (await this.#removeWithSlot(info)) removed += 1;
     }));
     return removed;
@@ -386,7 +387,7 @@ export class Sandboxes {
         const bound = needsMapping(workspace)
           ? this.#pool.mounts.bindMapped(slot.slotId, workspace.path, readOnly, workspace.owner, workspace)
           : this.#pool.mounts.bind(slot.slotId, workspace.path, readOnly);
-        await Promise.all([bound, this.#rename(slot.containerId, containerName(this.#options.namespace, sessionId, mode))]);
+        await Promise.all([bound, this.#backend.rename(slot.containerId, containerName(this.#options.namespace, sessionId, mode))]);
       } catch (error) {
         slot.channel.close();
         await this.#pool.discard(slot);
@@ -400,11 +401,11 @@ export class Sandboxes {
       return { local: { containerId: slot.containerId, created: true, runtime: this.#options.runtime, pooled: true } };
     }
 
-    const runtime = await this.#runtimes.check(false);
+    const traits = await this.#backend.runtime();
     // A networked sandbox joins the namespace's egress-guarded network under the runtime's networked twin (runsc-net), both checked now, or is refused.
-    const grant = mode === "danger-full-access" ? await this.#egress.grant() : undefined;
+    const grant = mode === "danger-full-access" ? await this.#backend.grantNetwork() : undefined;
     const mapped = needsMapping(workspace);
-    if (mapped && /(^|\/)runsc$/.test(runtime.path ?? "")) {
+    if (mapped && !traits.idmappedMounts) {
       // gVisor's gofer (this version) cannot serve files through an idmapped mount: refuse rather than run as the owner.
       throw new TackError(
         "sandbox.ownership_mapping_unsupported",
@@ -420,7 +421,7 @@ export class Sandboxes {
     let mountPath: string | undefined;
     try {
       if (mapped) mountPath = await (await this.#mounts()).createMapped(`direct-${randomBytes(6).toString("hex")}`, workspace.path, mode === "read-only", workspace.owner, workspace);
-      started = await startNew(this.#docker, containerOptions({
+      started = await startNew(this.#backend, sandboxSpec({
         name: containerName(this.#options.namespace, sessionId, mode),
         image: this.#options.image,
         runtime: grant?.runtime ?? this.#options.runtime,
@@ -436,7 +437,7 @@ export class Sandboxes {
         user: workspace,
         workspace: { kind: "direct", path: mountPath ?? workspace.path, readOnly: mode === "read-only" },
         network: grant?.network ?? false,
-        pidsLimit: pidsLimit(runtime.path),
+        traits,
         agentDir: this.#agent.dir,
       }), label(sessionId, mode));
       const placement: Placement = { ...base, container_id: started.id, ...(mountPath ? { slot: mountPath } : {}) };
@@ -445,25 +446,13 @@ export class Sandboxes {
     } catch (error) {
       if (started) {
         started.channel.close();
-        await removeContainer(this.#docker, started.id);
+        await this.#backend.remove(started.id);
       }
       if (mountPath) await removeSlotAt(mountPath);
       await this.#placements.delete(sessionId, mode, "");
       throw error;
     }
     return { local: { containerId: started.id, created: true, runtime: this.#options.runtime, pooled: false } };
-  }
-
-  // Names a claimed pool container after its session; a container already holding the name was left by a crash (the record is ours now).
-  async #rename(containerId: string, name: string): Promise<void> {
-    const container = this.#docker.getContainer(containerId);
-    try {
-      await container.rename({ name });
-    } catch (error) {
-      if (statusOf(error) !== 409) throw dockerFailure(error, `name pool container ${containerId} ${name}`);
-      await removeContainer(this.#docker, name);
-      await container.rename({ name }).catch((again: unknown) => Promise.reject(dockerFailure(again, `name pool container ${containerId} ${name}`)));
-    }
   }
 
   async #ownerNow(sessionId: string, mode: SandboxMode): Promise<Owned<never>> {
@@ -536,32 +525,29 @@ export class Sandboxes {
   async #revive(entry: Entry): Promise<boolean> {
     if (entry.channel?.alive) return true;
     // A networked container may restart: its egress guard first (gone after a host reboot).
-    if (entry.mode === "danger-full-access") await this.#egress.grant();
-    entry.channel = await reopen(this.#docker, entry.containerId, label(entry.sessionId, entry.mode));
+    if (entry.mode === "danger-full-access") await this.#backend.grantNetwork();
+    entry.channel = await reopen(this.#backend, entry.containerId, label(entry.sessionId, entry.mode));
     return entry.channel !== undefined;
   }
 
   async #removeEntry(entry: Entry): Promise<boolean> {
     this.#entries.delete(key(entry.sessionId, entry.mode));
     entry.channel?.close();
-    const removed = await removeContainer(this.#docker, entry.containerId);
+    const removed = await this.#backend.remove(entry.containerId);
     if (entry.slot) await removeSlotAt(entry.slot);
     await this.#placements.delete(entry.sessionId, entry.mode, entry.containerId);
     return removed;
   }
 
-  async #removeWithSlot(info: Docker.ContainerInfo): Promise<boolean> {
-    const removed = await removeContainer(this.#docker, info.Id);
-    for (const slot of [info.Labels[LABELS.pool], info.Labels[LABELS.mount]]) if (slot) await removeSlotAt(slot);
+  async #removeWithSlot(info: SandboxInfo): Promise<boolean> {
+    const removed = await this.#backend.remove(info.id);
+    for (const slot of [info.labels[LABELS.pool], info.labels[LABELS.mount]]) if (slot) await removeSlotAt(slot);
     return removed;
   }
 
-  async #list(): Promise<Docker.ContainerInfo[]> {
-    try {
-      return await this.#docker.listContainers({ all: true, filters: { label: [`${LABELS.namespace}=${this.#options.namespace}`] } });
-    } catch (error) {
-      throw dockerFailure(error, `list the sandbox containers of namespace ${this.#options.namespace}`);
-    }
+  // The sandboxes of this namespace, whichever replica owns them.
+  #list(): Promise<SandboxInfo[]> {
+    return this.#backend.list({ [LABELS.namespace]: this.#options.namespace });
   }
 
   async #withLock<T>(k: string, fn: () => Promise<T>): Promise<T> {

@@ -1,7 +1,6 @@
 import { join } from "node:path";
-import Docker from "dockerode";
 import { trace } from "@opentelemetry/api";
-import { Bus, inSpan } from "@tack/bus";
+import { Bus, inSpan, TackError } from "@tack/bus";
 import { registerMicro } from "@tack/bus";
 import {
   CreateWorkspaceRequest,
@@ -16,20 +15,22 @@ import {
   ExecResponse,
   ListProcessesRequest,
   ListProcessesResponse,
+  OpenStdioRequest,
+  OpenStdioResponse,
   ReleaseSandboxRequest,
   ReleaseSandboxResponse,
 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { installAgent } from "./agent-copy.js";
-import { engineRuntimes, RuntimeCheck } from "./container.js";
-import { dockerFailure } from "./docker.js";
-import { Egress } from "./egress.js";
+import type { SandboxBackend } from "./backend.js";
+import { DockerBackend } from "./backends/docker.js";
 import { SlotMounts } from "./mounts.js";
 import { compileOptions, type CompiledOptions, type SandboxServiceOptions } from "./options.js";
 import { Placements, replicaSubject } from "./placements.js";
 import { Pool, type PoolStatus } from "./pool.js";
 import { Router } from "./router.js";
 import { Sandboxes } from "./sandboxes.js";
+import { StdioStreams, stdioOpenSubject } from "./stdio.js";
 import { ManagedWorkspaces } from "./workspaces.js";
 
 // How often the pool directory is searched for what dead processes left mounted.
@@ -57,21 +58,23 @@ export interface SandboxService {
  * Starts a sandbox replica: validates the options, installs its copy of the exec agent, connects
  * to NATS, opens the placement bucket, takes back this replica's containers, serves
  * ensure/exec/release/processes in queue group `sandbox` and on its own replica subjects, fills
- * the warm pool, reaps idle containers and removes those of replicas that are gone. Fails with a TackError when the options are invalid or NATS or Docker
- * is unreachable.
+ * the warm pool, reaps idle containers and removes those of replicas that are gone. Fails with a
+ * TackError when the options are invalid, the container engine is unreachable, the sandbox image
+ * is missing (`sandbox.image_missing`) or NATS is unreachable. Containers are reached only
+ * through a SandboxBackend (`options.backend`, default Docker: src/backends/docker.ts).
  */
 export async function startSandboxService(options: SandboxServiceOptions): Promise<SandboxService> {
   const compiled = compileOptions(options);
-  // Honours DOCKER_HOST; the default is the local engine's socket.
-  const docker = new Docker();
-  // Before anything is created on the bus: without an engine there is nothing to serve.
-  await docker.ping().catch((error: unknown) => Promise.reject(dockerFailure(error, "reach the Docker engine")));
+  // Networked sandboxes: the backend keeps the namespace's egress guard (refused when it cannot be enforced).
+  const backendOptions = { namespace: compiled.namespace, runtime: compiled.runtime, egress: compiled.operator.sandbox.egress, warn };
+  // Docker honours DOCKER_HOST; the default is the local engine's socket.
+  const backend: SandboxBackend = options.backend ? options.backend(backendOptions) : new DockerBackend(backendOptions);
+  // Before anything is created on the bus: without an engine or the image there is nothing to serve.
+  await backend.health();
+  await backend.checkImage(compiled.image);
   // Containers mount this copy, taken now: what happens to the checkout later changes no sandbox (decision 0010).
   const agent = await installAgent(compiled.agentSource, compiled.agentDir);
   const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: `tack-sandbox-${compiled.replicaId}`, ...options.natsAuth });
-  const runtimes = new RuntimeCheck(docker, compiled.runtime);
-  // Networked sandboxes: the namespace's egress-guarded network and firewall rules (refused when they cannot be enforced).
-  const egress = new Egress(docker, { namespace: compiled.namespace, runtime: compiled.runtime, policy: compiled.operator.sandbox.egress, warn });
   let pool: Pool | undefined;
   let poolUnavailable: string | undefined;
   let sandboxes: Sandboxes;
@@ -80,26 +83,28 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
   try {
     placements = await Placements.open(bus.nc, compiled.namespace);
     if (compiled.poolSize > 0) {
-      poolUnavailable = await poolObstacle(docker, compiled.runtime);
+      poolUnavailable = await poolObstacle(backend);
       if (!poolUnavailable) {
         try {
-          pool = new Pool(docker, compiled, await SlotMounts.prepare(join(compiled.poolDir, compiled.namespace, compiled.replicaId)), runtimes, warn, agent);
+          pool = new Pool(backend, compiled, await SlotMounts.prepare(join(compiled.poolDir, compiled.namespace, compiled.replicaId)), warn, agent);
         } catch (error) {
           poolUnavailable = (error as Error).message;
         }
       }
       if (poolUnavailable) warn(`warm pool off: ${poolUnavailable}`);
     }
-    await egress.start();
-    sandboxes = new Sandboxes(docker, compiled, placements, pool, runtimes, warn, egress, agent);
+    await backend.open();
+    sandboxes = new Sandboxes(backend, compiled, placements, pool, warn, agent);
     workspaces = await ManagedWorkspaces.open(bus, compiled.operator);
     await sandboxes.adopt();
   } catch (error) {
-    await egress.stop(false);
+    await backend.close(false);
     await bus.close();
     throw error;
   }
-  const router = new Router(bus, sandboxes, placements, compiled.operator);
+  // Long-lived processes (MCP stdio servers) whose stdio travels over the bus (decision 0016).
+  const stdio = new StdioStreams(bus, compiled.replicaId);
+  const router = new Router(bus, sandboxes, placements, compiled.operator, stdio);
 
   const inFlight = new Set<Promise<unknown>>();
   const tracked = <Req, Res>(handler: (request: Req) => Promise<Res>) => (request: Req) => {
@@ -128,7 +133,10 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
       return response;
     }));
 
-  const own = (verb: "ensure" | "exec" | "release" | "processes" | "ping") => replicaSubject(compiled.namespace, compiled.replicaId, verb);
+  const stdioOpen = (forwarded: boolean) => tracked((request: OpenStdioRequest) =>
+    inSpan("sandbox.stdio.open", { "tack.session_id": request.sessionId, "sandbox.mode": request.mode, "sandbox.command": request.argv[0] ?? "" }, () => router.stdioOpen(request, forwarded)));
+
+  const own = (verb: "ensure" | "exec" | "release" | "processes" | "stdio_open" | "ping") => replicaSubject(compiled.namespace, compiled.replicaId, verb);
   const subscriptions = [
     bus.serve(bus.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, ensure(false)),
     bus.serve(bus.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, exec(false)),
@@ -139,6 +147,8 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
     bus.serve(own("exec"), "sandbox", ExecRequest, ExecResponse, exec(true)),
     bus.serve(own("release"), "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, release(true)),
     bus.serve(own("processes"), "sandbox", ListProcessesRequest, ListProcessesResponse, processes(true)),
+    bus.serve(stdioOpenSubject(compiled.namespace), "sandbox", OpenStdioRequest, OpenStdioResponse, stdioOpen(false)),
+    bus.serve(own("stdio_open"), "sandbox", OpenStdioRequest, OpenStdioResponse, stdioOpen(true)),
     bus.nc.subscribe(own("ping"), { callback: (_error, message) => void message.respond() }),
     // Managed workspaces live on storage every sandbox host shares, so any replica serves them.
     bus.serve(bus.names.workspaceCreate, "sandbox", CreateWorkspaceRequest, CreateWorkspaceResponse, tracked((request: CreateWorkspaceRequest) => workspaces.create(request))),
@@ -190,7 +200,9 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
           await sandboxes.removeAll();
           await sandboxes.disposeMounts();
         }
-        await egress.stop(Boolean(stopOptions.removeContainers));
+        await backend.close(Boolean(stopOptions.removeContainers));
+        // Their processes die with the channel's end or the containers: say so on each stream first.
+        stdio.closeAll("the sandbox service stopped");
         sandboxes.closeChannels();
         // The bus publishes a reply a tick after its handler settles; let the last ones go out before draining.
         await new Promise((resolve) => setImmediate(resolve));
@@ -199,12 +211,17 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
   };
 }
 
-// Why this engine's runtime cannot have a warm pool, if it cannot.
-async function poolObstacle(docker: Docker, runtime: string): Promise<string | undefined> {
-  const found = (await engineRuntimes(docker))[runtime];
-  if (!found) return `Docker runtime ${runtime} is not configured in the engine`;
+// Why this backend's runtime cannot have a warm pool, if it cannot.
+async function poolObstacle(backend: SandboxBackend): Promise<string | undefined> {
+  let traits;
+  try {
+    traits = await backend.runtime();
+  } catch (error) {
+    if (error instanceof TackError && error.code === "sandbox.runtime_missing") return error.message;
+    throw error;
+  }
   // gVisor and VM runtimes serve the workspace from a snapshot of the host's mounts taken at start.
-  if (!/(^|\/)(runc|crun)$/.test(found.path ?? "")) return `runtime ${runtime} (${found.path}) does not see host mounts made after a container starts, so pool containers could not receive a workspace`;
+  if (!traits.seesLaterHostMounts) return `runtime ${traits.name} (${traits.path ?? backend.kind}) does not see host mounts made after a container starts, so pool containers could not receive a workspace`;
   return undefined;
 }
 

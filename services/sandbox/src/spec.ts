@@ -1,5 +1,5 @@
-import type { ContainerCreateOptions } from "dockerode";
 import { TackError } from "@tack/bus";
+import type { RuntimeTraits, SandboxSpec, WorkspaceMount } from "./backend.js";
 
 import { authorizeWorkspace, isSandboxMode, SANDBOX_MODES as MODES, WorkspaceAccessError, type OperatorConfig, type SandboxMode } from "@tack/config";
 
@@ -93,86 +93,59 @@ export function poolContainerName(namespace: string, slotId: string): string {
 /** Where the exec agent's directory is mounted inside every container (read-only); the container runs `agent.py` from it. */
 export const AGENT_MOUNT = "/opt/tack";
 
-/** How the workspace reaches /workspace: bound directly, or through a pool slot that the workspace is mounted onto later. */
-export type WorkspaceMount =
-  | { readonly kind: "direct"; readonly path: string; readonly readOnly: boolean }
-  | { readonly kind: "slot"; readonly path: string };
+/** Memory of a sandbox (swap included), CPUs, and its two writable tmpfs. */
+export const LIMITS = { memoryBytes: GIB, cpus: 1, tmpBytes: 256 * 1024 ** 2, homeBytes: 64 * 1024 ** 2 } as const;
 
-/** Everything that decides how one container is created. */
-export interface SandboxSpec {
-  readonly name: string;
-  readonly image: string;
-  readonly runtime: string;
-  readonly labels: Record<string, string>;
-  readonly user: { readonly uid: number; readonly gid: number };
-  readonly workspace: WorkspaceMount;
-  /** The Docker network of a networked sandbox (its namespace's egress-guarded one, see egress.ts), or false for none. */
-  readonly network: string | false;
-  /** From {@link pidsLimit}. */
-  readonly pidsLimit: number;
-  /** The host directory holding the exec agent: the root-owned, content-addressed copy from `installAgent`, never the checkout. */
-  readonly agentDir: string;
-}
+/** The sandbox user's HOME: a tmpfs of its own, the root being read-only. */
+export const SANDBOX_HOME = "/home/tack";
 
 /**
  * The pids limit for a runtime. Under gVisor the cgroup counts the sandbox kernel's host
  * threads (about six per process in the sandbox) and reaching it stops the whole sandbox
  * instead of failing a fork, so it gets room for about 300 processes; elsewhere 256 processes.
  */
-export function pidsLimit(runtimePath: string | undefined): number {
-  return /(^|\/)runsc$/.test(runtimePath ?? "") ? 2048 : 256;
+export function pidsLimit(runtime: Pick<RuntimeTraits, "userspaceKernel">): number {
+  return runtime.userspaceKernel ? 2048 : 256;
+}
+
+/** What differs between sandboxes; `sandboxSpec` adds what is the same for all. */
+export interface SpecInput {
+  readonly name: string;
+  readonly image: string;
+  readonly runtime: string;
+  readonly labels: Record<string, string>;
+  readonly user: { readonly uid: number; readonly gid: number };
+  readonly workspace: WorkspaceMount;
+  /** The network of a networked sandbox (from the backend's `grantNetwork`), or false for none. */
+  readonly network: string | false;
+  /** The configured runtime's traits (they choose the pids limit). */
+  readonly traits: RuntimeTraits;
+  /** The host directory holding the exec agent: the root-owned, content-addressed copy from `installAgent`, never the checkout. */
+  readonly agentDir: string;
 }
 
 /**
- * The Docker create options of a sandbox. The same hardening applies in every mode (non-root
- * user, no capabilities, no-new-privileges, read-only root with size-limited tmpfs scratch,
- * pid/memory/CPU limits, an environment that never includes the service's own); modes only
- * choose the workspace mount and whether there is a network. The main process is the exec
- * agent, talking to the service over its stdin/stdout (held open by an attach).
+ * The spec of a sandbox. The same hardening applies in every mode (the backend adds non-root
+ * user, no capabilities, no-new-privileges and a read-only root; the spec sets size-limited
+ * tmpfs scratch, pid/memory/CPU limits and an environment that never includes the service's
+ * own); modes only choose the workspace mount and whether there is a network. The main process
+ * is the exec agent, talking to the service over its stdin/stdout.
  */
-export function containerOptions(spec: SandboxSpec): ContainerCreateOptions {
-  const { uid, gid } = spec.user;
-  const workspace = spec.workspace.kind === "direct"
-    ? { Type: "bind" as const, Source: spec.workspace.path, Target: WORKSPACE_MOUNT, ReadOnly: spec.workspace.readOnly }
-    // rslave: the workspace the service later binds onto the slot on the host appears here; nothing propagates back.
-    : { Type: "bind" as const, Source: spec.workspace.path, Target: WORKSPACE_MOUNT, ReadOnly: false, BindOptions: { Propagation: "rslave" as const } };
+export function sandboxSpec(input: SpecInput): SandboxSpec {
   return {
-    name: spec.name,
-    Image: spec.image,
+    name: input.name,
+    image: input.image,
+    runtime: input.runtime,
+    labels: input.labels,
+    user: input.user,
     // -I: ignore PYTHON* variables and user site; -S: no site import (faster start); -B: the root is read-only anyway.
-    Cmd: ["python3", "-I", "-S", "-B", `${AGENT_MOUNT}/agent.py`],
-    User: `${uid}:${gid}`,
-    WorkingDir: WORKSPACE_MOUNT,
-    Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/tack", "LANG=C.UTF-8"],
-    Labels: spec.labels,
-    // The agent's channel: stdin stays open across attaches so that a restarted service can attach again.
-    OpenStdin: true,
-    StdinOnce: false,
-    AttachStdin: true,
-    AttachStdout: true,
-    AttachStderr: true,
-    Tty: false,
-    HostConfig: {
-      Runtime: spec.runtime,
-      // No init: the agent is PID 1 itself and reaps the orphans of finished commands. An init in front of it would hold the
-      // agent's channel in a process commands could ptrace and whose /proc/1/fd they could open (decision 0010).
-      Init: false,
-      CapDrop: ["ALL"],
-      SecurityOpt: ["no-new-privileges"],
-      ReadonlyRootfs: true,
-      Tmpfs: {
-        "/tmp": "rw,nosuid,nodev,size=256m,mode=1777",
-        "/home/tack": `rw,nosuid,nodev,size=64m,uid=${uid},gid=${gid},mode=0755`,
-      },
-      Mounts: [workspace, { Type: "bind", Source: spec.agentDir, Target: AGENT_MOUNT, ReadOnly: true }],
-      NetworkMode: spec.network || "none",
-      PidsLimit: spec.pidsLimit,
-      Memory: GIB,
-      // Equal to Memory: no swap on top of the memory limit.
-      MemorySwap: GIB,
-      NanoCpus: 1e9,
-      // The agent's frames go to the service only; logging them would fill the disk with command output.
-      LogConfig: { Type: "none", Config: {} },
-    },
+    command: ["python3", "-I", "-S", "-B", `${AGENT_MOUNT}/agent.py`],
+    env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: SANDBOX_HOME, LANG: "C.UTF-8" },
+    workingDir: WORKSPACE_MOUNT,
+    home: SANDBOX_HOME,
+    workspace: input.workspace,
+    agentDir: input.agentDir,
+    network: input.network,
+    limits: { ...LIMITS, pids: pidsLimit(input.traits) },
   };
 }

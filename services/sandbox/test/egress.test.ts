@@ -31,7 +31,7 @@ import {
   REFUSED_IPV4,
   refusedNetworks,
   ruleDrift,
-} from "../src/egress.js";
+} from "../src/backends/docker-egress.js";
 import { docker, Harness, rejection, uniqueNamespace } from "./helpers.js";
 
 const run = promisify(execFile);

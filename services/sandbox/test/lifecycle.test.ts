@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ReleaseSandboxRequest, ReleaseSandboxResponse } from "@tack/proto";
 import { waitFor } from "@tack/testkit";
 import { startSandboxService } from "../src/index.js";
-import { docker, Harness, NATS_URL, rejection } from "./helpers.js";
+import { docker, Harness, NATS_URL, rejection, uniqueNamespace } from "./helpers.js";
 
 describe("sandbox lifecycle", () => {
   let h: Harness;
@@ -154,16 +154,11 @@ describe("sandbox lifecycle with other settings", () => {
     }
   });
 
-  it("ensure - a missing image fails telling to run make sandbox-image", async () => {
-    const h = await Harness.start({ image: "tack-sandbox:does-not-exist" });
-    try {
-      const error = await rejection(h.ensure({ sessionId: "s-image", workspace: await h.workspace() }));
-      expect(error.code).toBe("sandbox.image_missing");
-      expect(error.message).toContain("make sandbox-image");
-      expect(await h.containerIds()).toEqual([]);
-    } finally {
-      await h.cleanup();
-    }
+  it("start - a missing image fails the service's start, naming the image and make sandbox-image, before it connects to NATS", async () => {
+    // The image vanishing after the start fails ensure the same way: test/backend-conformance.test.ts.
+    const error = await rejection(startSandboxService({ natsUrl: "nats://127.0.0.1:1", namespace: uniqueNamespace(), poolSize: 0, image: "tack-sandbox:does-not-exist" }));
+    expect(error.code).toBe("sandbox.image_missing");
+    expect(error.message).toBe("sandbox image tack-sandbox:does-not-exist is not in the local Docker engine; build it with `make sandbox-image`");
   });
 
   it("reaper - removes a container left idle past the idle timeout", async () => {

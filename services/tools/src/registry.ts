@@ -220,7 +220,7 @@ function toolSpec(tool: Tool): ToolSpec {
   delete schema.$schema;
   return {
     name: tool.name, description: tool.description, parametersJson: JSON.stringify(stable(schema)),
-    deniable: [...(tool.deniable ?? [])], operationArgument: tool.operation ?? "", handler: tool.handler ?? "",
+    deniable: [...(tool.deniable ?? [])], operationArgument: tool.operation ?? "", handler: tool.handler ?? "", approval: "",
   };
 }
 

@@ -1,7 +1,11 @@
 import { Bus, serviceNamespace, type BusAuth } from "@tack/bus";
 import { registerMicro } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
-import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, ReadRulesRequest, ReadRulesResponse, WebSearchHealthRequest, WebSearchHealthResponse } from "@tack/proto";
+import {
+  CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, ReadHooksConfigRequest, ReadHooksConfigResponse, ReadRulesRequest, ReadRulesResponse,
+  RunHookRequest, RunHookResponse, WebSearchHealthRequest, WebSearchHealthResponse,
+} from "@tack/proto";
+import { readHooksConfig, runHook } from "./hooks.js";
 import { callTool, listTools } from "./registry.js";
 import { readRules } from "./rules.js";
 import { BusSandboxClient, sandboxRetryPolicy } from "./sandbox.js";
@@ -62,6 +66,8 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
     ),
     bus.serve(bus.names.toolsWebHealth, QUEUE, WebSearchHealthRequest, WebSearchHealthResponse, (request) => webSearchHealth(request)),
     bus.serve(bus.names.toolsRules, QUEUE, ReadRulesRequest, ReadRulesResponse, (request) => track(readRules(request, sandbox, stopping.signal))),
+    bus.serve(bus.names.toolsHookConfig, QUEUE, ReadHooksConfigRequest, ReadHooksConfigResponse, (request) => track(readHooksConfig(request, sandbox, stopping.signal))),
+    bus.serve(bus.names.toolsHookRun, QUEUE, RunHookRequest, RunHookResponse, (request) => track(runHook(request, sandbox, stopping.signal))),
   ];
   // Discoverable as micro-service tack-tools ($SRV.PING/INFO/STATS) once it serves.
   await registerMicro(bus, { service: "tools", description: "the agent's tools, run in the session's sandbox" });

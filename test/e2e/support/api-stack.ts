@@ -1,12 +1,13 @@
 // Every service process (the launcher `tack up` uses) on the machine's NATS JetStream and real
 // Docker sandboxes, driven over the HTTP API: what the end-to-end tests share.
-import { chownSync, mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, mkdtempSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { Bus } from "@tack/bus";
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { launch, type Launched } from "@tack/cli";
+import { sseJson } from "./sse.js";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 
@@ -44,6 +45,18 @@ export class ApiStack {
     return dir;
   }
 
+  /** A fresh workspace holding `files` (relative path → content; `.sh` files executable), all owned by the sandbox user when the test runs as root. */
+  workspaceWith(name: string, files: Record<string, string>): string {
+    const dir = this.workspace(name);
+    for (const [path, content] of Object.entries(files)) {
+      const full = join(dir, path);
+      mkdirSync(join(full, ".."), { recursive: true });
+      writeFileSync(full, content, { mode: path.endsWith(".sh") ? 0o755 : 0o644 });
+    }
+    if (process.getuid?.() === 0) chownTree(dir);
+    return dir;
+  }
+
   /** Writes a scripted model's replies where the llm service reads them; returns the model reference. */
   script(name: string, replies: unknown[]): string {
     mkdirSync(join(this.#stateDir, "scripts"), { recursive: true });
@@ -58,10 +71,24 @@ export class ApiStack {
     return fetch(`${this.tack.gatewayUrl}${path}`, { ...init, headers, body: init.json === undefined ? init.body : JSON.stringify(init.json) });
   }
 
+  /** A request with a JSON body (when given); the answer's status and parsed JSON body. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- response bodies of many shapes, each checked by the assertions that read them
+  async json(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+    const res = await this.api(path, { method, json: body });
+    return { status: res.status, body: await res.json() };
+  }
+
+  /** Creates a session on `workspace` with `model`; returns its id (throws with the answer when it is not 201). */
+  async session(workspace: string, model: string): Promise<string> {
+    const created = await this.json("POST", "/v1/sessions", { workspace, model });
+    if (created.status !== 201) throw new Error(`POST /v1/sessions answered ${created.status}: ${JSON.stringify(created.body)}`);
+    return created.body.id as string;
+  }
+
   /** The session's whole log as the gateway streams it. */
   async events(id: string): Promise<EventJson[]> {
     const text = await (await this.api(`/v1/sessions/${id}/events?follow=0`)).text();
-    return text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as EventJson);
+    return sseJson<EventJson>(text);
   }
 
   /** The session's log once `done` holds for it; a timeout names `what` and the event types read last. */
@@ -79,5 +106,15 @@ export class ApiStack {
     await removeNamespace(bus.nc, this.#namespace);
     await bus.close();
     rmSync(this.#work, { recursive: true, force: true });
+  }
+}
+
+/** Gives `dir` and everything below it to the sandbox user (uid/gid 1000). */
+function chownTree(dir: string): void {
+  chownSync(dir, 1000, 1000);
+  for (const entry of readdirSync(dir)) {
+    const path = join(dir, entry);
+    if (statSync(path).isDirectory()) chownTree(path);
+    else chownSync(path, 1000, 1000);
   }
 }

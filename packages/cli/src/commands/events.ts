@@ -1,6 +1,6 @@
 // `tack events`: a session's events, one line or one JSON object each.
 import type { Command } from "../args.js";
-import { GatewayClient, resolveGateway } from "../gateway.js";
+import { connect, receiveEvents, resolveGateway } from "../api.js";
 import { terminalSafeError, terminalSafeJson } from "../sanitize.js";
 import { upStateDirs } from "../state.js";
 import { eventLine } from "../transcript.js";
@@ -9,12 +9,12 @@ type EventsCommand = Extract<Command, { name: "events" }>;
 
 /** Runs `tack events`; with --follow it runs until Ctrl-C. */
 export async function eventsCommand(command: EventsCommand, cwd: string, env: NodeJS.ProcessEnv): Promise<number> {
-  const client = new GatewayClient(await resolveGateway(env, upStateDirs(cwd)));
+  const gateway = connect(await resolveGateway(env, upStateDirs(cwd)));
   const abort = new AbortController();
   const onInterrupt = () => abort.abort();
   process.once("SIGINT", onInterrupt);
   try {
-    for await (const { event, json } of client.events(command.session, { follow: command.follow, signal: abort.signal })) {
+    for await (const { event, json } of receiveEvents(gateway, command.session, { follow: command.follow, signal: abort.signal })) {
       // Both forms are terminal-safe: lines make controls visible, JSON escapes what JSON.stringify leaves raw.
       process.stdout.write(`${command.json ? terminalSafeJson(json) : eventLine(event)}\n`);
     }

@@ -3,7 +3,7 @@ import { stat } from "node:fs/promises";
 import { resolve } from "node:path";
 import { TackError } from "@tack/bus";
 import { DEFAULT_MODEL, usageError, type Command } from "../args.js";
-import { GatewayClient, resolveGateway } from "../gateway.js";
+import { cliError, connect, receiveEvents, resolveGateway, type Gateway } from "../api.js";
 import { terminalSafe, terminalSafeError, terminalSafeJson } from "../sanitize.js";
 import { upStateDirs } from "../state.js";
 import { TranscriptRenderer } from "../transcript.js";
@@ -25,17 +25,19 @@ async function run(command: RunCommand, cwd: string, env: NodeJS.ProcessEnv): Pr
   const given = command.model ?? DEFAULT_MODEL;
   const model = await resolveModel(given, cwd);
   const workspace = await resolveWorkspace(command.workspace ?? cwd, cwd);
-  const client = new GatewayClient(await resolveGateway(env, upStateDirs(cwd)));
-  const { id } = await client.createSession({ workspace, model }).catch((error: unknown) => {
-    throw explainModelRefusal(error, given);
+  const gateway = connect(await resolveGateway(env, upStateDirs(cwd)));
+  const { id } = await gateway.client.createSession({ workspace, model }).catch((error: unknown) => {
+    throw explainModelRefusal(cliError(error), given);
   });
   process.stderr.write(terminalSafe(`session ${id} · ${model} · ${workspace}\n`));
-  const { turn } = await client.postMessage(id, command.task);
+  const { turn } = await gateway.client.postMessage(id, command.task).catch((error: unknown) => {
+    throw cliError(error);
+  });
   const abort = new AbortController();
   const onInterrupt = () => abort.abort();
   process.once("SIGINT", onInterrupt);
   try {
-    const reason = await followTurn(client, id, turn, { json: command.json, signal: abort.signal });
+    const reason = await followTurn(gateway, id, turn, { json: command.json, signal: abort.signal });
     if (reason === undefined) {
       process.stderr.write(`stopped following session ${id}; the turn goes on in Tack: tack events ${id} --follow\n`);
       return 130;
@@ -51,14 +53,14 @@ async function run(command: RunCommand, cwd: string, env: NodeJS.ProcessEnv): Pr
  * with the turn's end reason, or undefined when `signal` stopped the following (the turn goes on).
  */
 export async function followTurn(
-  client: GatewayClient,
+  gateway: Gateway,
   sessionId: string,
   turn: number,
   options: { json: boolean; signal: AbortSignal },
 ): Promise<string | undefined> {
   const renderer = new TranscriptRenderer({ color: process.stdout.isTTY === true && !process.env.NO_COLOR });
   try {
-    for await (const { event, json } of client.events(sessionId, { follow: true, signal: options.signal })) {
+    for await (const { event, json } of receiveEvents(gateway, sessionId, { follow: true, signal: options.signal })) {
       // Both forms are terminal-safe: the renderer makes controls visible, JSON escapes what JSON.stringify leaves raw.
       process.stdout.write(options.json ? `${terminalSafeJson(json)}\n` : renderer.render(event));
       if (event.payload?.$case === "turnEnd" && event.payload.value.turn === turn) {
@@ -66,6 +68,11 @@ export async function followTurn(
         process.stderr.write(terminalSafe(`session ${sessionId}: turn ${turn} ${reason} · every event: tack events ${sessionId} --json\n`));
         return reason;
       }
+    }
+    // Ctrl-C ends the stream without an error.
+    if (options.signal.aborted) {
+      if (!options.json) process.stdout.write(renderer.finish());
+      return undefined;
     }
     throw new TackError("cli.stream_dropped", `the event stream of session ${sessionId} ended before turn ${turn} did; see it with \`tack events ${sessionId} --follow\``);
   } catch (error) {
@@ -83,12 +90,12 @@ const FILE_MODELS = [{ prefix: "scripted:", noun: "script" }, { prefix: "replay:
  * relative to the current directory; other models pass as they are. Whether the llm service
  * may read the file (it must be inside its script directories) only the service knows.
  */
-async function resolveModel(model: string, cwd: string): Promise<string> {
+export async function resolveModel(model: string, cwd: string, command: "run" | "chat" = "run"): Promise<string> {
   const kind = FILE_MODELS.find((candidate) => model.startsWith(candidate.prefix));
   if (!kind) return model;
   const file = resolve(cwd, model.slice(kind.prefix.length));
   const found = await stat(file).catch(() => undefined);
-  if (!found?.isFile()) throw usageError(`the ${kind.noun} ${file} of --model ${model} does not exist (relative paths start at the current directory)`, "run");
+  if (!found?.isFile()) throw usageError(`the ${kind.noun} ${file} of --model ${model} does not exist (relative paths start at the current directory)`, command);
   return `${kind.prefix}${file}`;
 }
 
@@ -102,9 +109,10 @@ function explainModelRefusal(error: unknown, given: string): unknown {
   return new TackError(error.code, `Tack refused --model ${given}: ${error.message}`, { details: { ...error.details }, cause: error });
 }
 
-async function resolveWorkspace(dir: string, cwd: string): Promise<string> {
+/** `dir` (relative to `cwd`) as an absolute path of an existing directory, else a usage error. */
+export async function resolveWorkspace(dir: string, cwd: string, command: "run" | "chat" = "run"): Promise<string> {
   const workspace = resolve(cwd, dir);
   const found = await stat(workspace).catch(() => undefined);
-  if (!found?.isDirectory()) throw usageError(`the workspace ${workspace} is not an existing directory`, "run");
+  if (!found?.isDirectory()) throw usageError(`the workspace ${workspace} is not an existing directory`, command);
   return workspace;
 }

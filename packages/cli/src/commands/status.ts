@@ -1,10 +1,10 @@
 // `tack status`: what the running `tack up` runs (from .tack/up.json), and whether NATS, Docker,
 // the gateway and every service process answer.
 import { hostname } from "node:os";
-import { dirname, join } from "node:path";
-import { Bus, discoverMicro, TackError, type BusAuth } from "@tack/bus";
+import { Bus, discoverMicro, TackError } from "@tack/bus";
 import type { Command } from "../args.js";
 import { findUpState, processAlive, upStateDirs, type FoundUpState, type UpReplica } from "../state.js";
+import { operatorAuth } from "../tack-bus.js";
 
 type StatusCommand = Extract<Command, { name: "status" }>;
 
@@ -172,13 +172,6 @@ async function checkNats(url: string, namespace: string, found: FoundUpState | u
   } finally {
     await bus.close().catch(() => undefined);
   }
-}
-
-async function operatorAuth(found: FoundUpState | undefined, env: NodeJS.ProcessEnv): Promise<BusAuth> {
-  // Loaded only here, like `tack up` does: the other commands start faster without the configuration package.
-  const { busAuthFromEnv, readBusCredentials } = await import("@tack/config");
-  if (found?.state.localNats) return { credentials: readBusCredentials(join(dirname(found.file), "bus", "admin.json"), "`tack up`") };
-  return busAuthFromEnv(env);
 }
 
 /** The engine the sandbox service uses (DOCKER_HOST, else the local socket): its version and runtimes. */

@@ -6,7 +6,7 @@ import { homedir } from "node:os";
 import { join, relative } from "node:path";
 import { TackError } from "@tack/bus";
 import type { Command } from "../args.js";
-import { GatewayClient } from "../gateway.js";
+import { cliError, connect } from "../api.js";
 import { launch, type Launched, type ReplicaStatus } from "../launcher.js";
 import { examplesDir } from "../paths.js";
 import { Spinner } from "../spinner.js";
@@ -151,14 +151,19 @@ function describeReplicas(replicas: readonly ReplicaStatus[]): string {
  * would) and runs `examples/demo.json` on it with the scripted provider, printing the transcript.
  */
 async function runDemo(tack: Launched, signal: AbortSignal): Promise<void> {
-  const client = new GatewayClient({ url: tack.gatewayUrl, apiKey: tack.apiKey });
+  const gateway = connect({ url: tack.gatewayUrl, apiKey: tack.apiKey });
+  const { client } = gateway;
   const archive = execFileSync("tar", ["-c", "-C", join(examplesDir, "demo-workspace"), "."], { maxBuffer: 64 << 20 });
-  const workspace = await client.createWorkspace(archive, "Tack demo");
-  const model = `scripted:${join(examplesDir, "demo.json")}`;
-  const { id } = await client.createSession({ workspace_id: workspace.id, model, title: "Tack demo" });
-  process.stdout.write(`\nDemo: session ${id} · ${model} · managed workspace ${workspace.id}\n`);
-  const { turn } = await client.postMessage(id, DEMO_TASK);
-  await followTurn(client, id, turn, { json: false, signal });
+  try {
+    const workspace = await client.createWorkspace({ archive: new Uint8Array(archive), title: "Tack demo" });
+    const model = `scripted:${join(examplesDir, "demo.json")}`;
+    const { id } = await client.createSession({ workspace_id: workspace.id, model, title: "Tack demo" });
+    process.stdout.write(`\nDemo: session ${id} · ${model} · managed workspace ${workspace.id}\n`);
+    const { turn } = await client.postMessage(id, DEMO_TASK);
+    await followTurn(gateway, id, turn, { json: false, signal });
+  } catch (error) {
+    throw cliError(error);
+  }
 }
 
 /** True when the llm service will find a DeepSeek key (the same places it looks). */

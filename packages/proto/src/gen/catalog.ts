@@ -48,4 +48,13 @@ export const EVENT_CATALOG: readonly EventTypeInfo[] = [
   { type: "tool/defined", payloadCase: "toolDefined", modelVisible: false, ignorable: false },
   { type: "rules/loaded", payloadCase: "rulesLoaded", modelVisible: true, ignorable: false },
   { type: "rules/warning", payloadCase: "rulesWarning", modelVisible: false, ignorable: false },
+  { type: "skills/catalog", payloadCase: "skillsCatalog", modelVisible: true, ignorable: false },
+  { type: "skills/warning", payloadCase: "skillsWarning", modelVisible: false, ignorable: false },
+  { type: "skill/invoked", payloadCase: "skillInvoked", modelVisible: true, ignorable: false },
+  { type: "mcp/warning", payloadCase: "mcpWarning", modelVisible: false, ignorable: false },
+  { type: "mcp/result", payloadCase: "mcpResult", modelVisible: false, ignorable: false },
+  { type: "hook/invoked", payloadCase: "hookInvoked", modelVisible: false, ignorable: false },
+  { type: "hook/result", payloadCase: "hookResult", modelVisible: false, ignorable: false },
+  { type: "hook/warning", payloadCase: "hookWarning", modelVisible: false, ignorable: false },
+  { type: "hook/context", payloadCase: "hookContext", modelVisible: true, ignorable: false },
 ];

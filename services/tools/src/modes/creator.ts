@@ -81,7 +81,7 @@ export function definitionOf(argumentsJson: string): DefinedTool {
 /** The wire form of the session's defined tools, listed after the mode's own. */
 export function definedSpecs(defined: DefinedTools | undefined): ToolSpec[] {
   return latest(defined).map((d) => ({
-    name: d.name, description: d.description, parametersJson: d.parametersJson, deniable: ["writes", "network"], operationArgument: "", handler: "",
+    name: d.name, description: d.description, parametersJson: d.parametersJson, deniable: ["writes", "network"], operationArgument: "", handler: "", approval: "",
   }));
 }
 

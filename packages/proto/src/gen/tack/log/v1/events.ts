@@ -67,6 +67,15 @@ export interface Event {
     | { $case: "toolDefined"; value: ToolDefined }
     | { $case: "rulesLoaded"; value: RulesLoaded }
     | { $case: "rulesWarning"; value: RulesWarning }
+    | { $case: "skillsCatalog"; value: SkillsCatalog }
+    | { $case: "skillsWarning"; value: SkillsWarning }
+    | { $case: "skillInvoked"; value: SkillInvoked }
+    | { $case: "mcpWarning"; value: McpWarning }
+    | { $case: "mcpResult"; value: McpResult }
+    | { $case: "hookInvoked"; value: HookInvoked }
+    | { $case: "hookResult"; value: HookResult }
+    | { $case: "hookWarning"; value: HookWarning }
+    | { $case: "hookContext"; value: HookContext }
     | undefined;
 }
 
@@ -180,7 +189,7 @@ export interface TurnStart {
 /** `turn/end` [log-only] — the turn is over. */
 export interface TurnEnd {
   turn: number;
-  /** `completed`, `step_limit`, `error`, `cancelled`. */
+  /** `completed`, `step_limit`, `error`, `cancelled`, `budget`, `hook_blocked` (a UserPromptSubmit hook blocked the prompt), `hook_stopped` (a hook answered `continue: false`). */
   reason: string;
   steps: number;
 }
@@ -380,6 +389,8 @@ export interface ApprovalAsked {
   justification: string;
   turn: number;
   step: number;
+  /** What is asked: `sandbox` (run in a wider sandbox mode, the default when empty) or `tool` (a tool that needs a person's yes before each call, e.g. an MCP tool whose approval is `ask`). */
+  kind: string;
 }
 
 /** `approval/decided` [log-only] — the outcome of an approval: `allow_once`, `reject`, `cancelled` or `unavailable`. */
@@ -575,6 +586,111 @@ export interface RulesWarning {
   message: string;
 }
 
+/** `skills/catalog` [model-visible] — the skills the session can use, as the model reads them: the whole catalog, replacing any earlier one. Logged only when the catalog's digest changes, so the request prefix stays the same between steps. */
+export interface SkillsCatalog {
+  skills: SkillsCatalogEntry[];
+  /** sha256 (hex) of the catalog as the skills service computed it. */
+  digest: string;
+}
+
+/** One skill of a `skills/catalog`. */
+export interface SkillsCatalogEntry {
+  name: string;
+  /** At most 500 characters. */
+  description: string;
+  /** The root it comes from, e.g. `workspace:.claude/skills`, `user:.tack/skills`, `bundled`. */
+  source: string;
+  /** False: only the user may run it (`/name`); the model is not offered it. */
+  modelInvocable: boolean;
+  /** False: only the model may load it. */
+  userInvocable: boolean;
+}
+
+/** `skills/warning` [log-only] — a skill was left out (bad front matter, too big, unreadable) or the skills service could not be asked; the session goes on with the rest. */
+export interface SkillsWarning {
+  /** The file (host path) or `skills service`. */
+  source: string;
+  /** What was wrong and how to fix it. */
+  message: string;
+}
+
+/** `skill/invoked` [model-visible] — the user ran a skill with `/name [arguments]`: its body goes in front of the model after the user's message. */
+export interface SkillInvoked {
+  name: string;
+  /** The root label it came from, as on `skills/catalog`. */
+  source: string;
+  /** SKILL.md without its front matter. */
+  body: string;
+  /** Files next to SKILL.md, relative to its folder. */
+  files: string[];
+  /** The text after `/name`. */
+  arguments: string;
+  /** Where the skill's folder is, as the model can reach it (e.g. `/workspace/.claude/skills/x`), or the host path for skills outside the workspace. */
+  location: string;
+}
+
+/** `mcp/warning` [log-only] — an MCP server failed to start, changed a pinned tool, lied in its schema or was refused; the session goes on with the other servers. */
+export interface McpWarning {
+  server: string;
+  /** What was wrong and how to fix it. */
+  message: string;
+}
+
+/** `mcp/result` [log-only] — the whole result of one MCP tool call (the model reads only its text and placeholders in `tool/result`). */
+export interface McpResult {
+  callId: string;
+  server: string;
+  /** The tool's name on its server. */
+  tool: string;
+  /** The MCP CallToolResult as JSON text (or the error as {"error": ...}). */
+  rawJson: string;
+}
+
+/** `hook/invoked` [log-only] — a hook command started for a hook event. */
+export interface HookInvoked {
+  /** Unique within the session, e.g. `<event>-<seq>-<index>`. */
+  invocationId: string;
+  /** SessionStart, UserPromptSubmit, PreToolUse, PostToolUse, Stop, SubagentStart, SubagentStop. */
+  hookEvent: string;
+  /** The matcher that selected it (empty: all). */
+  matcher: string;
+  command: string;
+  /** Which hooks file it comes from, e.g. `.claude/settings.json`, `user:~/.claude/settings.json`. */
+  source: string;
+  /** The tool call it concerns (PreToolUse, PostToolUse). */
+  callId: string;
+  timeoutMs: number;
+}
+
+/** `hook/result` [log-only] — how a hook command ended and what it decided. */
+export interface HookResult {
+  invocationId: string;
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  /** Killed at its timeout. */
+  timedOut: boolean;
+  durationMs: number;
+  /** `block`, `allow`, `ask`, `stop`, `continue` or empty (no decision). */
+  decision: string;
+  /** The reason the hook gave (a block's reason reaches the model). */
+  reason: string;
+}
+
+/** `hook/warning` [log-only] — a hooks file could not be used as written (bad JSON, an unknown event, a matcher that can match nothing); the rest of it is used. */
+export interface HookWarning {
+  source: string;
+  message: string;
+}
+
+/** `hook/context` [model-visible] — text a hook added for the model (SessionStart and UserPromptSubmit output, a Stop hook's reason to go on). */
+export interface HookContext {
+  hookEvent: string;
+  /** The hooks file, as on `hook/invoked`. */
+  source: string;
+  text: string;
+}
+
 function createBaseEvent(): Event {
   return { seq: 0, time: undefined, type: "", source: "", ignorable: false, surface: undefined, payload: undefined };
 }
@@ -701,6 +817,33 @@ export const Event: MessageFns<Event> = {
         break;
       case "rulesWarning":
         RulesWarning.encode(message.payload.value, writer.uint32(410).fork()).join();
+        break;
+      case "skillsCatalog":
+        SkillsCatalog.encode(message.payload.value, writer.uint32(418).fork()).join();
+        break;
+      case "skillsWarning":
+        SkillsWarning.encode(message.payload.value, writer.uint32(426).fork()).join();
+        break;
+      case "skillInvoked":
+        SkillInvoked.encode(message.payload.value, writer.uint32(434).fork()).join();
+        break;
+      case "mcpWarning":
+        McpWarning.encode(message.payload.value, writer.uint32(442).fork()).join();
+        break;
+      case "mcpResult":
+        McpResult.encode(message.payload.value, writer.uint32(450).fork()).join();
+        break;
+      case "hookInvoked":
+        HookInvoked.encode(message.payload.value, writer.uint32(458).fork()).join();
+        break;
+      case "hookResult":
+        HookResult.encode(message.payload.value, writer.uint32(466).fork()).join();
+        break;
+      case "hookWarning":
+        HookWarning.encode(message.payload.value, writer.uint32(474).fork()).join();
+        break;
+      case "hookContext":
+        HookContext.encode(message.payload.value, writer.uint32(482).fork()).join();
         break;
     }
     return writer;
@@ -1039,6 +1182,78 @@ export const Event: MessageFns<Event> = {
             message.payload = { $case: "rulesWarning", value: RulesWarning.decode(reader, reader.uint32()) };
             continue;
           }
+          case 52: {
+            if (tag !== 418) {
+              break;
+            }
+
+            message.payload = { $case: "skillsCatalog", value: SkillsCatalog.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 53: {
+            if (tag !== 426) {
+              break;
+            }
+
+            message.payload = { $case: "skillsWarning", value: SkillsWarning.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 54: {
+            if (tag !== 434) {
+              break;
+            }
+
+            message.payload = { $case: "skillInvoked", value: SkillInvoked.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 55: {
+            if (tag !== 442) {
+              break;
+            }
+
+            message.payload = { $case: "mcpWarning", value: McpWarning.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 56: {
+            if (tag !== 450) {
+              break;
+            }
+
+            message.payload = { $case: "mcpResult", value: McpResult.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 57: {
+            if (tag !== 458) {
+              break;
+            }
+
+            message.payload = { $case: "hookInvoked", value: HookInvoked.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 58: {
+            if (tag !== 466) {
+              break;
+            }
+
+            message.payload = { $case: "hookResult", value: HookResult.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 59: {
+            if (tag !== 474) {
+              break;
+            }
+
+            message.payload = { $case: "hookWarning", value: HookWarning.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 60: {
+            if (tag !== 482) {
+              break;
+            }
+
+            message.payload = { $case: "hookContext", value: HookContext.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1189,6 +1404,42 @@ export const Event: MessageFns<Event> = {
         ? { $case: "rulesWarning", value: RulesWarning.fromJSON(object.rulesWarning) }
         : isSet(object.rules_warning)
         ? { $case: "rulesWarning", value: RulesWarning.fromJSON(object.rules_warning) }
+        : isSet(object.skillsCatalog)
+        ? { $case: "skillsCatalog", value: SkillsCatalog.fromJSON(object.skillsCatalog) }
+        : isSet(object.skills_catalog)
+        ? { $case: "skillsCatalog", value: SkillsCatalog.fromJSON(object.skills_catalog) }
+        : isSet(object.skillsWarning)
+        ? { $case: "skillsWarning", value: SkillsWarning.fromJSON(object.skillsWarning) }
+        : isSet(object.skills_warning)
+        ? { $case: "skillsWarning", value: SkillsWarning.fromJSON(object.skills_warning) }
+        : isSet(object.skillInvoked)
+        ? { $case: "skillInvoked", value: SkillInvoked.fromJSON(object.skillInvoked) }
+        : isSet(object.skill_invoked)
+        ? { $case: "skillInvoked", value: SkillInvoked.fromJSON(object.skill_invoked) }
+        : isSet(object.mcpWarning)
+        ? { $case: "mcpWarning", value: McpWarning.fromJSON(object.mcpWarning) }
+        : isSet(object.mcp_warning)
+        ? { $case: "mcpWarning", value: McpWarning.fromJSON(object.mcp_warning) }
+        : isSet(object.mcpResult)
+        ? { $case: "mcpResult", value: McpResult.fromJSON(object.mcpResult) }
+        : isSet(object.mcp_result)
+        ? { $case: "mcpResult", value: McpResult.fromJSON(object.mcp_result) }
+        : isSet(object.hookInvoked)
+        ? { $case: "hookInvoked", value: HookInvoked.fromJSON(object.hookInvoked) }
+        : isSet(object.hook_invoked)
+        ? { $case: "hookInvoked", value: HookInvoked.fromJSON(object.hook_invoked) }
+        : isSet(object.hookResult)
+        ? { $case: "hookResult", value: HookResult.fromJSON(object.hookResult) }
+        : isSet(object.hook_result)
+        ? { $case: "hookResult", value: HookResult.fromJSON(object.hook_result) }
+        : isSet(object.hookWarning)
+        ? { $case: "hookWarning", value: HookWarning.fromJSON(object.hookWarning) }
+        : isSet(object.hook_warning)
+        ? { $case: "hookWarning", value: HookWarning.fromJSON(object.hook_warning) }
+        : isSet(object.hookContext)
+        ? { $case: "hookContext", value: HookContext.fromJSON(object.hookContext) }
+        : isSet(object.hook_context)
+        ? { $case: "hookContext", value: HookContext.fromJSON(object.hook_context) }
         : undefined,
     };
   },
@@ -1281,6 +1532,24 @@ export const Event: MessageFns<Event> = {
       obj.rulesLoaded = RulesLoaded.toJSON(message.payload.value);
     } else if (message.payload?.$case === "rulesWarning") {
       obj.rulesWarning = RulesWarning.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "skillsCatalog") {
+      obj.skillsCatalog = SkillsCatalog.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "skillsWarning") {
+      obj.skillsWarning = SkillsWarning.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "skillInvoked") {
+      obj.skillInvoked = SkillInvoked.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "mcpWarning") {
+      obj.mcpWarning = McpWarning.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "mcpResult") {
+      obj.mcpResult = McpResult.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "hookInvoked") {
+      obj.hookInvoked = HookInvoked.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "hookResult") {
+      obj.hookResult = HookResult.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "hookWarning") {
+      obj.hookWarning = HookWarning.toJSON(message.payload.value);
+    } else if (message.payload?.$case === "hookContext") {
+      obj.hookContext = HookContext.toJSON(message.payload.value);
     }
     return obj;
   },
@@ -1500,6 +1769,60 @@ export const Event: MessageFns<Event> = {
       case "rulesWarning": {
         if (object.payload?.value !== undefined && object.payload?.value !== null) {
           message.payload = { $case: "rulesWarning", value: RulesWarning.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "skillsCatalog": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "skillsCatalog", value: SkillsCatalog.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "skillsWarning": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "skillsWarning", value: SkillsWarning.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "skillInvoked": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "skillInvoked", value: SkillInvoked.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "mcpWarning": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "mcpWarning", value: McpWarning.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "mcpResult": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "mcpResult", value: McpResult.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "hookInvoked": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "hookInvoked", value: HookInvoked.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "hookResult": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "hookResult", value: HookResult.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "hookWarning": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "hookWarning", value: HookWarning.fromPartial(object.payload.value) };
+        }
+        break;
+      }
+      case "hookContext": {
+        if (object.payload?.value !== undefined && object.payload?.value !== null) {
+          message.payload = { $case: "hookContext", value: HookContext.fromPartial(object.payload.value) };
         }
         break;
       }
@@ -3889,6 +4212,7 @@ function createBaseApprovalAsked(): ApprovalAsked {
     justification: "",
     turn: 0,
     step: 0,
+    kind: "",
   };
 }
 
@@ -3917,6 +4241,9 @@ export const ApprovalAsked: MessageFns<ApprovalAsked> = {
     }
     if (message.step !== 0) {
       writer.uint32(64).uint32(message.step);
+    }
+    if (message.kind !== "") {
+      writer.uint32(74).string(message.kind);
     }
     return writer;
   },
@@ -3998,6 +4325,14 @@ export const ApprovalAsked: MessageFns<ApprovalAsked> = {
             message.step = reader.uint32();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4036,6 +4371,7 @@ export const ApprovalAsked: MessageFns<ApprovalAsked> = {
       justification: isSet(object.justification) ? globalThis.String(object.justification) : "",
       turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
       step: isSet(object.step) ? globalThis.Number(object.step) : 0,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -4065,6 +4401,9 @@ export const ApprovalAsked: MessageFns<ApprovalAsked> = {
     if (message.step !== 0) {
       obj.step = Math.round(message.step);
     }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -4081,6 +4420,7 @@ export const ApprovalAsked: MessageFns<ApprovalAsked> = {
     message.justification = object.justification ?? "";
     message.turn = object.turn ?? 0;
     message.step = object.step ?? 0;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
@@ -6644,6 +6984,1255 @@ export const RulesWarning: MessageFns<RulesWarning> = {
     const message = createBaseRulesWarning();
     message.label = object.label ?? "";
     message.message = object.message ?? "";
+    return message;
+  },
+};
+
+function createBaseSkillsCatalog(): SkillsCatalog {
+  return { skills: [], digest: "" };
+}
+
+export const SkillsCatalog: MessageFns<SkillsCatalog> = {
+  encode(message: SkillsCatalog, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.skills) {
+      SkillsCatalogEntry.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.digest !== "") {
+      writer.uint32(18).string(message.digest);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SkillsCatalog {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSkillsCatalog();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.skills.push(SkillsCatalogEntry.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.digest = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SkillsCatalog {
+    return {
+      skills: globalThis.Array.isArray(object?.skills)
+        ? object.skills.map((e: any) => SkillsCatalogEntry.fromJSON(e))
+        : [],
+      digest: isSet(object.digest) ? globalThis.String(object.digest) : "",
+    };
+  },
+
+  toJSON(message: SkillsCatalog): unknown {
+    const obj: any = {};
+    if (message.skills?.length) {
+      obj.skills = message.skills.map((e) => SkillsCatalogEntry.toJSON(e));
+    }
+    if (message.digest !== "") {
+      obj.digest = message.digest;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SkillsCatalog>, I>>(base?: I): SkillsCatalog {
+    return SkillsCatalog.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SkillsCatalog>, I>>(object: I): SkillsCatalog {
+    const message = createBaseSkillsCatalog();
+    message.skills = object.skills?.map((e) => SkillsCatalogEntry.fromPartial(e)) || [];
+    message.digest = object.digest ?? "";
+    return message;
+  },
+};
+
+function createBaseSkillsCatalogEntry(): SkillsCatalogEntry {
+  return { name: "", description: "", source: "", modelInvocable: false, userInvocable: false };
+}
+
+export const SkillsCatalogEntry: MessageFns<SkillsCatalogEntry> = {
+  encode(message: SkillsCatalogEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.source !== "") {
+      writer.uint32(26).string(message.source);
+    }
+    if (message.modelInvocable !== false) {
+      writer.uint32(32).bool(message.modelInvocable);
+    }
+    if (message.userInvocable !== false) {
+      writer.uint32(40).bool(message.userInvocable);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SkillsCatalogEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSkillsCatalogEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.modelInvocable = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.userInvocable = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SkillsCatalogEntry {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      modelInvocable: isSet(object.modelInvocable)
+        ? globalThis.Boolean(object.modelInvocable)
+        : isSet(object.model_invocable)
+        ? globalThis.Boolean(object.model_invocable)
+        : false,
+      userInvocable: isSet(object.userInvocable)
+        ? globalThis.Boolean(object.userInvocable)
+        : isSet(object.user_invocable)
+        ? globalThis.Boolean(object.user_invocable)
+        : false,
+    };
+  },
+
+  toJSON(message: SkillsCatalogEntry): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.modelInvocable !== false) {
+      obj.modelInvocable = message.modelInvocable;
+    }
+    if (message.userInvocable !== false) {
+      obj.userInvocable = message.userInvocable;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SkillsCatalogEntry>, I>>(base?: I): SkillsCatalogEntry {
+    return SkillsCatalogEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SkillsCatalogEntry>, I>>(object: I): SkillsCatalogEntry {
+    const message = createBaseSkillsCatalogEntry();
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.source = object.source ?? "";
+    message.modelInvocable = object.modelInvocable ?? false;
+    message.userInvocable = object.userInvocable ?? false;
+    return message;
+  },
+};
+
+function createBaseSkillsWarning(): SkillsWarning {
+  return { source: "", message: "" };
+}
+
+export const SkillsWarning: MessageFns<SkillsWarning> = {
+  encode(message: SkillsWarning, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.source !== "") {
+      writer.uint32(10).string(message.source);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SkillsWarning {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSkillsWarning();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SkillsWarning {
+    return {
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+    };
+  },
+
+  toJSON(message: SkillsWarning): unknown {
+    const obj: any = {};
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SkillsWarning>, I>>(base?: I): SkillsWarning {
+    return SkillsWarning.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SkillsWarning>, I>>(object: I): SkillsWarning {
+    const message = createBaseSkillsWarning();
+    message.source = object.source ?? "";
+    message.message = object.message ?? "";
+    return message;
+  },
+};
+
+function createBaseSkillInvoked(): SkillInvoked {
+  return { name: "", source: "", body: "", files: [], arguments: "", location: "" };
+}
+
+export const SkillInvoked: MessageFns<SkillInvoked> = {
+  encode(message: SkillInvoked, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.source !== "") {
+      writer.uint32(18).string(message.source);
+    }
+    if (message.body !== "") {
+      writer.uint32(26).string(message.body);
+    }
+    for (const v of message.files) {
+      writer.uint32(34).string(v!);
+    }
+    if (message.arguments !== "") {
+      writer.uint32(42).string(message.arguments);
+    }
+    if (message.location !== "") {
+      writer.uint32(50).string(message.location);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SkillInvoked {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSkillInvoked();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.body = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.files.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.arguments = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.location = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SkillInvoked {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      body: isSet(object.body) ? globalThis.String(object.body) : "",
+      files: globalThis.Array.isArray(object?.files) ? object.files.map((e: any) => globalThis.String(e)) : [],
+      arguments: isSet(object.arguments) ? globalThis.String(object.arguments) : "",
+      location: isSet(object.location) ? globalThis.String(object.location) : "",
+    };
+  },
+
+  toJSON(message: SkillInvoked): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.body !== "") {
+      obj.body = message.body;
+    }
+    if (message.files?.length) {
+      obj.files = message.files;
+    }
+    if (message.arguments !== "") {
+      obj.arguments = message.arguments;
+    }
+    if (message.location !== "") {
+      obj.location = message.location;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SkillInvoked>, I>>(base?: I): SkillInvoked {
+    return SkillInvoked.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SkillInvoked>, I>>(object: I): SkillInvoked {
+    const message = createBaseSkillInvoked();
+    message.name = object.name ?? "";
+    message.source = object.source ?? "";
+    message.body = object.body ?? "";
+    message.files = object.files?.map((e) => e) || [];
+    message.arguments = object.arguments ?? "";
+    message.location = object.location ?? "";
+    return message;
+  },
+};
+
+function createBaseMcpWarning(): McpWarning {
+  return { server: "", message: "" };
+}
+
+export const McpWarning: MessageFns<McpWarning> = {
+  encode(message: McpWarning, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.server !== "") {
+      writer.uint32(10).string(message.server);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): McpWarning {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMcpWarning();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.server = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): McpWarning {
+    return {
+      server: isSet(object.server) ? globalThis.String(object.server) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+    };
+  },
+
+  toJSON(message: McpWarning): unknown {
+    const obj: any = {};
+    if (message.server !== "") {
+      obj.server = message.server;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<McpWarning>, I>>(base?: I): McpWarning {
+    return McpWarning.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<McpWarning>, I>>(object: I): McpWarning {
+    const message = createBaseMcpWarning();
+    message.server = object.server ?? "";
+    message.message = object.message ?? "";
+    return message;
+  },
+};
+
+function createBaseMcpResult(): McpResult {
+  return { callId: "", server: "", tool: "", rawJson: "" };
+}
+
+export const McpResult: MessageFns<McpResult> = {
+  encode(message: McpResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.server !== "") {
+      writer.uint32(18).string(message.server);
+    }
+    if (message.tool !== "") {
+      writer.uint32(26).string(message.tool);
+    }
+    if (message.rawJson !== "") {
+      writer.uint32(34).string(message.rawJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): McpResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMcpResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.server = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.tool = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.rawJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): McpResult {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      server: isSet(object.server) ? globalThis.String(object.server) : "",
+      tool: isSet(object.tool) ? globalThis.String(object.tool) : "",
+      rawJson: isSet(object.rawJson)
+        ? globalThis.String(object.rawJson)
+        : isSet(object.raw_json)
+        ? globalThis.String(object.raw_json)
+        : "",
+    };
+  },
+
+  toJSON(message: McpResult): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.server !== "") {
+      obj.server = message.server;
+    }
+    if (message.tool !== "") {
+      obj.tool = message.tool;
+    }
+    if (message.rawJson !== "") {
+      obj.rawJson = message.rawJson;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<McpResult>, I>>(base?: I): McpResult {
+    return McpResult.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<McpResult>, I>>(object: I): McpResult {
+    const message = createBaseMcpResult();
+    message.callId = object.callId ?? "";
+    message.server = object.server ?? "";
+    message.tool = object.tool ?? "";
+    message.rawJson = object.rawJson ?? "";
+    return message;
+  },
+};
+
+function createBaseHookInvoked(): HookInvoked {
+  return { invocationId: "", hookEvent: "", matcher: "", command: "", source: "", callId: "", timeoutMs: 0 };
+}
+
+export const HookInvoked: MessageFns<HookInvoked> = {
+  encode(message: HookInvoked, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.invocationId !== "") {
+      writer.uint32(10).string(message.invocationId);
+    }
+    if (message.hookEvent !== "") {
+      writer.uint32(18).string(message.hookEvent);
+    }
+    if (message.matcher !== "") {
+      writer.uint32(26).string(message.matcher);
+    }
+    if (message.command !== "") {
+      writer.uint32(34).string(message.command);
+    }
+    if (message.source !== "") {
+      writer.uint32(42).string(message.source);
+    }
+    if (message.callId !== "") {
+      writer.uint32(50).string(message.callId);
+    }
+    if (message.timeoutMs !== 0) {
+      writer.uint32(56).uint32(message.timeoutMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HookInvoked {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHookInvoked();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.invocationId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hookEvent = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.matcher = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.command = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.timeoutMs = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HookInvoked {
+    return {
+      invocationId: isSet(object.invocationId)
+        ? globalThis.String(object.invocationId)
+        : isSet(object.invocation_id)
+        ? globalThis.String(object.invocation_id)
+        : "",
+      hookEvent: isSet(object.hookEvent)
+        ? globalThis.String(object.hookEvent)
+        : isSet(object.hook_event)
+        ? globalThis.String(object.hook_event)
+        : "",
+      matcher: isSet(object.matcher) ? globalThis.String(object.matcher) : "",
+      command: isSet(object.command) ? globalThis.String(object.command) : "",
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      timeoutMs: isSet(object.timeoutMs)
+        ? globalThis.Number(object.timeoutMs)
+        : isSet(object.timeout_ms)
+        ? globalThis.Number(object.timeout_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: HookInvoked): unknown {
+    const obj: any = {};
+    if (message.invocationId !== "") {
+      obj.invocationId = message.invocationId;
+    }
+    if (message.hookEvent !== "") {
+      obj.hookEvent = message.hookEvent;
+    }
+    if (message.matcher !== "") {
+      obj.matcher = message.matcher;
+    }
+    if (message.command !== "") {
+      obj.command = message.command;
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.timeoutMs !== 0) {
+      obj.timeoutMs = Math.round(message.timeoutMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HookInvoked>, I>>(base?: I): HookInvoked {
+    return HookInvoked.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HookInvoked>, I>>(object: I): HookInvoked {
+    const message = createBaseHookInvoked();
+    message.invocationId = object.invocationId ?? "";
+    message.hookEvent = object.hookEvent ?? "";
+    message.matcher = object.matcher ?? "";
+    message.command = object.command ?? "";
+    message.source = object.source ?? "";
+    message.callId = object.callId ?? "";
+    message.timeoutMs = object.timeoutMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseHookResult(): HookResult {
+  return {
+    invocationId: "",
+    exitCode: 0,
+    stdout: "",
+    stderr: "",
+    timedOut: false,
+    durationMs: 0,
+    decision: "",
+    reason: "",
+  };
+}
+
+export const HookResult: MessageFns<HookResult> = {
+  encode(message: HookResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.invocationId !== "") {
+      writer.uint32(10).string(message.invocationId);
+    }
+    if (message.exitCode !== 0) {
+      writer.uint32(16).int32(message.exitCode);
+    }
+    if (message.stdout !== "") {
+      writer.uint32(26).string(message.stdout);
+    }
+    if (message.stderr !== "") {
+      writer.uint32(34).string(message.stderr);
+    }
+    if (message.timedOut !== false) {
+      writer.uint32(40).bool(message.timedOut);
+    }
+    if (message.durationMs !== 0) {
+      writer.uint32(49).double(message.durationMs);
+    }
+    if (message.decision !== "") {
+      writer.uint32(58).string(message.decision);
+    }
+    if (message.reason !== "") {
+      writer.uint32(66).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HookResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHookResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.invocationId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.exitCode = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.stdout = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.stderr = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.timedOut = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 49) {
+              break;
+            }
+
+            message.durationMs = reader.double();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.decision = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HookResult {
+    return {
+      invocationId: isSet(object.invocationId)
+        ? globalThis.String(object.invocationId)
+        : isSet(object.invocation_id)
+        ? globalThis.String(object.invocation_id)
+        : "",
+      exitCode: isSet(object.exitCode)
+        ? globalThis.Number(object.exitCode)
+        : isSet(object.exit_code)
+        ? globalThis.Number(object.exit_code)
+        : 0,
+      stdout: isSet(object.stdout) ? globalThis.String(object.stdout) : "",
+      stderr: isSet(object.stderr) ? globalThis.String(object.stderr) : "",
+      timedOut: isSet(object.timedOut)
+        ? globalThis.Boolean(object.timedOut)
+        : isSet(object.timed_out)
+        ? globalThis.Boolean(object.timed_out)
+        : false,
+      durationMs: isSet(object.durationMs)
+        ? globalThis.Number(object.durationMs)
+        : isSet(object.duration_ms)
+        ? globalThis.Number(object.duration_ms)
+        : 0,
+      decision: isSet(object.decision) ? globalThis.String(object.decision) : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
+  },
+
+  toJSON(message: HookResult): unknown {
+    const obj: any = {};
+    if (message.invocationId !== "") {
+      obj.invocationId = message.invocationId;
+    }
+    if (message.exitCode !== 0) {
+      obj.exitCode = Math.round(message.exitCode);
+    }
+    if (message.stdout !== "") {
+      obj.stdout = message.stdout;
+    }
+    if (message.stderr !== "") {
+      obj.stderr = message.stderr;
+    }
+    if (message.timedOut !== false) {
+      obj.timedOut = message.timedOut;
+    }
+    if (message.durationMs !== 0) {
+      obj.durationMs = floatToJson(message.durationMs);
+    }
+    if (message.decision !== "") {
+      obj.decision = message.decision;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HookResult>, I>>(base?: I): HookResult {
+    return HookResult.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HookResult>, I>>(object: I): HookResult {
+    const message = createBaseHookResult();
+    message.invocationId = object.invocationId ?? "";
+    message.exitCode = object.exitCode ?? 0;
+    message.stdout = object.stdout ?? "";
+    message.stderr = object.stderr ?? "";
+    message.timedOut = object.timedOut ?? false;
+    message.durationMs = object.durationMs ?? 0;
+    message.decision = object.decision ?? "";
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBaseHookWarning(): HookWarning {
+  return { source: "", message: "" };
+}
+
+export const HookWarning: MessageFns<HookWarning> = {
+  encode(message: HookWarning, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.source !== "") {
+      writer.uint32(10).string(message.source);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HookWarning {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHookWarning();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HookWarning {
+    return {
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+    };
+  },
+
+  toJSON(message: HookWarning): unknown {
+    const obj: any = {};
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HookWarning>, I>>(base?: I): HookWarning {
+    return HookWarning.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HookWarning>, I>>(object: I): HookWarning {
+    const message = createBaseHookWarning();
+    message.source = object.source ?? "";
+    message.message = object.message ?? "";
+    return message;
+  },
+};
+
+function createBaseHookContext(): HookContext {
+  return { hookEvent: "", source: "", text: "" };
+}
+
+export const HookContext: MessageFns<HookContext> = {
+  encode(message: HookContext, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hookEvent !== "") {
+      writer.uint32(10).string(message.hookEvent);
+    }
+    if (message.source !== "") {
+      writer.uint32(18).string(message.source);
+    }
+    if (message.text !== "") {
+      writer.uint32(26).string(message.text);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HookContext {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHookContext();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hookEvent = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.text = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HookContext {
+    return {
+      hookEvent: isSet(object.hookEvent)
+        ? globalThis.String(object.hookEvent)
+        : isSet(object.hook_event)
+        ? globalThis.String(object.hook_event)
+        : "",
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      text: isSet(object.text) ? globalThis.String(object.text) : "",
+    };
+  },
+
+  toJSON(message: HookContext): unknown {
+    const obj: any = {};
+    if (message.hookEvent !== "") {
+      obj.hookEvent = message.hookEvent;
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.text !== "") {
+      obj.text = message.text;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HookContext>, I>>(base?: I): HookContext {
+    return HookContext.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HookContext>, I>>(object: I): HookContext {
+    const message = createBaseHookContext();
+    message.hookEvent = object.hookEvent ?? "";
+    message.source = object.source ?? "";
+    message.text = object.text ?? "";
     return message;
   },
 };

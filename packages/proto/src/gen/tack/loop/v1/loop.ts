@@ -6,7 +6,7 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
-import { QuestionAnswer } from "../../log/v1/events.js";
+import { Event, QuestionAnswer } from "../../log/v1/events.js";
 
 export const protobufPackage = "tack.loop.v1";
 
@@ -131,6 +131,92 @@ export interface DeleteSessionResponse {
   spillObjects: number;
   /** True when the sandbox service removed at least one container of the session. */
   sandboxesRemoved: boolean;
+}
+
+/**
+ * CancelTurnRequest stops a session's running turn (`loop.stopTurn`): pending approvals end as
+ * cancelled and the turn ends with `turn/end` reason `cancelled` at its next step boundary; tool
+ * calls already running finish. Sent first to the owner's subject `<ns>.loop.session.<id>.cancel`;
+ * with no owner, to `<ns>.loop.cancel` (a replica that claims an idle session has no turn to stop).
+ */
+export interface CancelTurnRequest {
+  tenant: string;
+  sessionId: string;
+  /** Who asks, for the log: the caller's tenant. */
+  cancelledBy: string;
+}
+
+export interface CancelTurnResponse {
+  /** False when no turn was running. */
+  cancelled: boolean;
+  /** The turn asked to stop; 0 when none ran. */
+  turn: number;
+}
+
+/**
+ * CompactSessionRequest compacts a session's conversation now (`Compactor.compact`), as when its
+ * context fills up: one model call writes a summary, logged as a `user/message` replacing the
+ * conversation in the model's view and `context/summarized`. Refused (`loop.compact_busy`) while
+ * a turn runs. Sent first to the owner's subject `<ns>.loop.session.<id>.compact`; with no owner,
+ * to `<ns>.loop.compact` (a replica claims the session).
+ */
+export interface CompactSessionRequest {
+  tenant: string;
+  sessionId: string;
+  /** Who asks, for the service log: the caller's tenant. */
+  compactedBy: string;
+  /** What the summary should keep or focus on; empty for none. */
+  instructions: string;
+}
+
+export interface CompactSessionResponse {
+  /** False when there was nothing to compact; `note` says why. */
+  compacted: boolean;
+  note: string;
+  /** Seq of the `context/summarized` event. */
+  seq: number;
+  /** The seqs the summary replaces in the model's view (inclusive). */
+  fromSeq: number;
+  toSeq: number;
+  /** The next request's estimated tokens before and after. */
+  tokensBefore: number;
+  tokensAfter: number;
+  costUsd: number;
+}
+
+/**
+ * CopySessionRequest writes a new session's log from the events of another (a fork at a turn
+ * boundary, or an imported bundle) (`<ns>.loop.copy`, queue group `loop`). The loop claims the new
+ * session's lease and appends the events as its log's single writer: new seqs 1..N and times, the
+ * same payloads, except that `session/created` names the new session (and `workspace`, when given)
+ * and spilled objects are stored again under the new session's names. Refused (`loop.bad_copy`)
+ * unless the events start with `session/created`, run seq 1..N and end at a turn boundary (every
+ * `turn/start` has its `turn/end`). No tool runs again and no model is asked.
+ */
+export interface CopySessionRequest {
+  tenant: string;
+  /** The new session's id; generated when empty. */
+  sessionId: string;
+  events: Event[];
+  /** Spilled objects the events name (`<tenant>.<session>.<call id>…` of the source). */
+  objects: SpilledObject[];
+  /** The new session's workspace (host path); empty keeps the source's. */
+  workspace: string;
+  /** Who copies, for the service log. */
+  copiedBy: string;
+}
+
+/** SpilledObject is one spilled payload with the name the source session's events give it. */
+export interface SpilledObject {
+  name: string;
+  data: Buffer;
+}
+
+export interface CopySessionResponse {
+  sessionId: string;
+  subject: string;
+  /** Events written. */
+  events: number;
 }
 
 function createBaseCreateSessionRequest(): CreateSessionRequest {
@@ -1443,6 +1529,883 @@ export const DeleteSessionResponse: MessageFns<DeleteSessionResponse> = {
     return message;
   },
 };
+
+function createBaseCancelTurnRequest(): CancelTurnRequest {
+  return { tenant: "", sessionId: "", cancelledBy: "" };
+}
+
+export const CancelTurnRequest: MessageFns<CancelTurnRequest> = {
+  encode(message: CancelTurnRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.cancelledBy !== "") {
+      writer.uint32(26).string(message.cancelledBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelTurnRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelTurnRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.cancelledBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelTurnRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      cancelledBy: isSet(object.cancelledBy)
+        ? globalThis.String(object.cancelledBy)
+        : isSet(object.cancelled_by)
+        ? globalThis.String(object.cancelled_by)
+        : "",
+    };
+  },
+
+  toJSON(message: CancelTurnRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.cancelledBy !== "") {
+      obj.cancelledBy = message.cancelledBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CancelTurnRequest>, I>>(base?: I): CancelTurnRequest {
+    return CancelTurnRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CancelTurnRequest>, I>>(object: I): CancelTurnRequest {
+    const message = createBaseCancelTurnRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.cancelledBy = object.cancelledBy ?? "";
+    return message;
+  },
+};
+
+function createBaseCancelTurnResponse(): CancelTurnResponse {
+  return { cancelled: false, turn: 0 };
+}
+
+export const CancelTurnResponse: MessageFns<CancelTurnResponse> = {
+  encode(message: CancelTurnResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.cancelled !== false) {
+      writer.uint32(8).bool(message.cancelled);
+    }
+    if (message.turn !== 0) {
+      writer.uint32(16).uint32(message.turn);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelTurnResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelTurnResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.cancelled = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.turn = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelTurnResponse {
+    return {
+      cancelled: isSet(object.cancelled) ? globalThis.Boolean(object.cancelled) : false,
+      turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
+    };
+  },
+
+  toJSON(message: CancelTurnResponse): unknown {
+    const obj: any = {};
+    if (message.cancelled !== false) {
+      obj.cancelled = message.cancelled;
+    }
+    if (message.turn !== 0) {
+      obj.turn = Math.round(message.turn);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CancelTurnResponse>, I>>(base?: I): CancelTurnResponse {
+    return CancelTurnResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CancelTurnResponse>, I>>(object: I): CancelTurnResponse {
+    const message = createBaseCancelTurnResponse();
+    message.cancelled = object.cancelled ?? false;
+    message.turn = object.turn ?? 0;
+    return message;
+  },
+};
+
+function createBaseCompactSessionRequest(): CompactSessionRequest {
+  return { tenant: "", sessionId: "", compactedBy: "", instructions: "" };
+}
+
+export const CompactSessionRequest: MessageFns<CompactSessionRequest> = {
+  encode(message: CompactSessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.compactedBy !== "") {
+      writer.uint32(26).string(message.compactedBy);
+    }
+    if (message.instructions !== "") {
+      writer.uint32(34).string(message.instructions);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CompactSessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCompactSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.compactedBy = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.instructions = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CompactSessionRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      compactedBy: isSet(object.compactedBy)
+        ? globalThis.String(object.compactedBy)
+        : isSet(object.compacted_by)
+        ? globalThis.String(object.compacted_by)
+        : "",
+      instructions: isSet(object.instructions) ? globalThis.String(object.instructions) : "",
+    };
+  },
+
+  toJSON(message: CompactSessionRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.compactedBy !== "") {
+      obj.compactedBy = message.compactedBy;
+    }
+    if (message.instructions !== "") {
+      obj.instructions = message.instructions;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CompactSessionRequest>, I>>(base?: I): CompactSessionRequest {
+    return CompactSessionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CompactSessionRequest>, I>>(object: I): CompactSessionRequest {
+    const message = createBaseCompactSessionRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.compactedBy = object.compactedBy ?? "";
+    message.instructions = object.instructions ?? "";
+    return message;
+  },
+};
+
+function createBaseCompactSessionResponse(): CompactSessionResponse {
+  return { compacted: false, note: "", seq: 0, fromSeq: 0, toSeq: 0, tokensBefore: 0, tokensAfter: 0, costUsd: 0 };
+}
+
+export const CompactSessionResponse: MessageFns<CompactSessionResponse> = {
+  encode(message: CompactSessionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.compacted !== false) {
+      writer.uint32(8).bool(message.compacted);
+    }
+    if (message.note !== "") {
+      writer.uint32(18).string(message.note);
+    }
+    if (message.seq !== 0) {
+      writer.uint32(24).uint64(message.seq);
+    }
+    if (message.fromSeq !== 0) {
+      writer.uint32(32).uint64(message.fromSeq);
+    }
+    if (message.toSeq !== 0) {
+      writer.uint32(40).uint64(message.toSeq);
+    }
+    if (message.tokensBefore !== 0) {
+      writer.uint32(48).uint64(message.tokensBefore);
+    }
+    if (message.tokensAfter !== 0) {
+      writer.uint32(56).uint64(message.tokensAfter);
+    }
+    if (message.costUsd !== 0) {
+      writer.uint32(65).double(message.costUsd);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CompactSessionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCompactSessionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.compacted = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.note = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.fromSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.toSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.tokensBefore = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.tokensAfter = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 65) {
+              break;
+            }
+
+            message.costUsd = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CompactSessionResponse {
+    return {
+      compacted: isSet(object.compacted) ? globalThis.Boolean(object.compacted) : false,
+      note: isSet(object.note) ? globalThis.String(object.note) : "",
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+      fromSeq: isSet(object.fromSeq)
+        ? globalThis.Number(object.fromSeq)
+        : isSet(object.from_seq)
+        ? globalThis.Number(object.from_seq)
+        : 0,
+      toSeq: isSet(object.toSeq)
+        ? globalThis.Number(object.toSeq)
+        : isSet(object.to_seq)
+        ? globalThis.Number(object.to_seq)
+        : 0,
+      tokensBefore: isSet(object.tokensBefore)
+        ? globalThis.Number(object.tokensBefore)
+        : isSet(object.tokens_before)
+        ? globalThis.Number(object.tokens_before)
+        : 0,
+      tokensAfter: isSet(object.tokensAfter)
+        ? globalThis.Number(object.tokensAfter)
+        : isSet(object.tokens_after)
+        ? globalThis.Number(object.tokens_after)
+        : 0,
+      costUsd: isSet(object.costUsd)
+        ? globalThis.Number(object.costUsd)
+        : isSet(object.cost_usd)
+        ? globalThis.Number(object.cost_usd)
+        : 0,
+    };
+  },
+
+  toJSON(message: CompactSessionResponse): unknown {
+    const obj: any = {};
+    if (message.compacted !== false) {
+      obj.compacted = message.compacted;
+    }
+    if (message.note !== "") {
+      obj.note = message.note;
+    }
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    if (message.fromSeq !== 0) {
+      obj.fromSeq = Math.round(message.fromSeq);
+    }
+    if (message.toSeq !== 0) {
+      obj.toSeq = Math.round(message.toSeq);
+    }
+    if (message.tokensBefore !== 0) {
+      obj.tokensBefore = Math.round(message.tokensBefore);
+    }
+    if (message.tokensAfter !== 0) {
+      obj.tokensAfter = Math.round(message.tokensAfter);
+    }
+    if (message.costUsd !== 0) {
+      obj.costUsd = floatToJson(message.costUsd);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CompactSessionResponse>, I>>(base?: I): CompactSessionResponse {
+    return CompactSessionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CompactSessionResponse>, I>>(object: I): CompactSessionResponse {
+    const message = createBaseCompactSessionResponse();
+    message.compacted = object.compacted ?? false;
+    message.note = object.note ?? "";
+    message.seq = object.seq ?? 0;
+    message.fromSeq = object.fromSeq ?? 0;
+    message.toSeq = object.toSeq ?? 0;
+    message.tokensBefore = object.tokensBefore ?? 0;
+    message.tokensAfter = object.tokensAfter ?? 0;
+    message.costUsd = object.costUsd ?? 0;
+    return message;
+  },
+};
+
+function createBaseCopySessionRequest(): CopySessionRequest {
+  return { tenant: "", sessionId: "", events: [], objects: [], workspace: "", copiedBy: "" };
+}
+
+export const CopySessionRequest: MessageFns<CopySessionRequest> = {
+  encode(message: CopySessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    for (const v of message.events) {
+      Event.encode(v!, writer.uint32(26).fork()).join();
+    }
+    for (const v of message.objects) {
+      SpilledObject.encode(v!, writer.uint32(34).fork()).join();
+    }
+    if (message.workspace !== "") {
+      writer.uint32(42).string(message.workspace);
+    }
+    if (message.copiedBy !== "") {
+      writer.uint32(50).string(message.copiedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CopySessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCopySessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.events.push(Event.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.objects.push(SpilledObject.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.workspace = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.copiedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CopySessionRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      events: globalThis.Array.isArray(object?.events) ? object.events.map((e: any) => Event.fromJSON(e)) : [],
+      objects: globalThis.Array.isArray(object?.objects)
+        ? object.objects.map((e: any) => SpilledObject.fromJSON(e))
+        : [],
+      workspace: isSet(object.workspace) ? globalThis.String(object.workspace) : "",
+      copiedBy: isSet(object.copiedBy)
+        ? globalThis.String(object.copiedBy)
+        : isSet(object.copied_by)
+        ? globalThis.String(object.copied_by)
+        : "",
+    };
+  },
+
+  toJSON(message: CopySessionRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.events?.length) {
+      obj.events = message.events.map((e) => Event.toJSON(e));
+    }
+    if (message.objects?.length) {
+      obj.objects = message.objects.map((e) => SpilledObject.toJSON(e));
+    }
+    if (message.workspace !== "") {
+      obj.workspace = message.workspace;
+    }
+    if (message.copiedBy !== "") {
+      obj.copiedBy = message.copiedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CopySessionRequest>, I>>(base?: I): CopySessionRequest {
+    return CopySessionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CopySessionRequest>, I>>(object: I): CopySessionRequest {
+    const message = createBaseCopySessionRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.events = object.events?.map((e) => Event.fromPartial(e)) || [];
+    message.objects = object.objects?.map((e) => SpilledObject.fromPartial(e)) || [];
+    message.workspace = object.workspace ?? "";
+    message.copiedBy = object.copiedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseSpilledObject(): SpilledObject {
+  return { name: "", data: Buffer.alloc(0) };
+}
+
+export const SpilledObject: MessageFns<SpilledObject> = {
+  encode(message: SpilledObject, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(18).bytes(message.data);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SpilledObject {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSpilledObject();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SpilledObject {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+    };
+  },
+
+  toJSON(message: SpilledObject): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SpilledObject>, I>>(base?: I): SpilledObject {
+    return SpilledObject.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SpilledObject>, I>>(object: I): SpilledObject {
+    const message = createBaseSpilledObject();
+    message.name = object.name ?? "";
+    message.data = object.data ?? Buffer.alloc(0);
+    return message;
+  },
+};
+
+function createBaseCopySessionResponse(): CopySessionResponse {
+  return { sessionId: "", subject: "", events: 0 };
+}
+
+export const CopySessionResponse: MessageFns<CopySessionResponse> = {
+  encode(message: CopySessionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.subject !== "") {
+      writer.uint32(18).string(message.subject);
+    }
+    if (message.events !== 0) {
+      writer.uint32(24).uint64(message.events);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CopySessionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCopySessionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.subject = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.events = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CopySessionResponse {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      subject: isSet(object.subject) ? globalThis.String(object.subject) : "",
+      events: isSet(object.events) ? globalThis.Number(object.events) : 0,
+    };
+  },
+
+  toJSON(message: CopySessionResponse): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.subject !== "") {
+      obj.subject = message.subject;
+    }
+    if (message.events !== 0) {
+      obj.events = Math.round(message.events);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CopySessionResponse>, I>>(base?: I): CopySessionResponse {
+    return CopySessionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CopySessionResponse>, I>>(object: I): CopySessionResponse {
+    const message = createBaseCopySessionResponse();
+    message.sessionId = object.sessionId ?? "";
+    message.subject = object.subject ?? "";
+    message.events = object.events ?? 0;
+    return message;
+  },
+};
+
+function bytesFromBase64(b64: string): Uint8Array {
+  return Uint8Array.from(globalThis.Buffer.from(b64, "base64"));
+}
+
+function base64FromBytes(arr: Uint8Array): string {
+  return globalThis.Buffer.from(arr).toString("base64");
+}
 
 function floatToJson(value: number | null | undefined): number | string | null | undefined {
   return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;

@@ -11,13 +11,30 @@ export const protobufPackage = "tack.mcp.v1";
 
 export const protobufFileName = "tack/mcp/v1/mcp.proto";
 
-/** ListMcpToolsRequest asks the MCP bridge for the tools of its servers and their state (`<ns>.mcp.list`). */
+/**
+ * ListMcpToolsRequest asks the MCP bridge for the tools of its servers and their state (`<ns>.mcp.list`).
+ * Servers come from the operator's configuration, the user's `~/.tack/mcp.json` and the
+ * workspace's `.mcp.json`; stdio servers run inside the session's sandbox container, HTTP
+ * servers are reached through the tenant's egress policy.
+ */
 export interface ListMcpToolsRequest {
+  tenant: string;
+  /** The session whose servers to list (started if not yet); empty: list the configured servers without starting any. */
+  sessionId: string;
+  /** Absolute host path of the workspace (its `.mcp.json` is read). */
+  workspace: string;
+  /** The session's sandbox mode (stdio servers run in that container). */
+  sandboxMode: string;
 }
 
 export interface ListMcpToolsResponse {
   tools: McpTool[];
   servers: McpServerState[];
+  /**
+   * Problems of the configuration files themselves (unreadable, not JSON, a symlink out of the
+   * workspace): the servers they hold are missing, the other sources still count. The loop logs new ones.
+   */
+  warnings: string[];
 }
 
 /** McpTool is one tool of an MCP server as the model sees it. */
@@ -46,6 +63,10 @@ export interface McpServerState {
   tools: string[];
   /** Changes of pinned tools (a server changed a tool's name, description or schema under us); the loop logs them. */
   warnings: string[];
+  /** Where it is configured: `operator`, `user:~/.tack/mcp.json`, `workspace:.mcp.json`. */
+  source: string;
+  /** `stdio` (runs in the session's sandbox) or `http`. */
+  transport: string;
 }
 
 /** CallMcpToolRequest calls one MCP tool (`<ns>.mcp.call`). */
@@ -54,6 +75,10 @@ export interface CallMcpToolRequest {
   /** Arguments as the model wrote them (a JSON object as text). */
   argumentsJson: string;
   callId: string;
+  tenant: string;
+  sessionId: string;
+  workspace: string;
+  sandboxMode: string;
 }
 
 /** CallMcpToolResponse is the result the model reads plus the whole MCP result for the log. */
@@ -64,14 +89,29 @@ export interface CallMcpToolResponse {
   /** The MCP CallToolResult as JSON text (or the error as {"error": ...}). */
   rawJson: string;
   durationMs: number;
+  /** The server and the tool's name on it. */
+  server: string;
+  tool: string;
 }
 
 function createBaseListMcpToolsRequest(): ListMcpToolsRequest {
-  return {};
+  return { tenant: "", sessionId: "", workspace: "", sandboxMode: "" };
 }
 
 export const ListMcpToolsRequest: MessageFns<ListMcpToolsRequest> = {
-  encode(_: ListMcpToolsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+  encode(message: ListMcpToolsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.workspace !== "") {
+      writer.uint32(26).string(message.workspace);
+    }
+    if (message.sandboxMode !== "") {
+      writer.uint32(34).string(message.sandboxMode);
+    }
     return writer;
   },
 
@@ -88,6 +128,38 @@ export const ListMcpToolsRequest: MessageFns<ListMcpToolsRequest> = {
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.workspace = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sandboxMode = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -100,26 +172,55 @@ export const ListMcpToolsRequest: MessageFns<ListMcpToolsRequest> = {
     }
   },
 
-  fromJSON(_: any): ListMcpToolsRequest {
-    return {};
+  fromJSON(object: any): ListMcpToolsRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      workspace: isSet(object.workspace) ? globalThis.String(object.workspace) : "",
+      sandboxMode: isSet(object.sandboxMode)
+        ? globalThis.String(object.sandboxMode)
+        : isSet(object.sandbox_mode)
+        ? globalThis.String(object.sandbox_mode)
+        : "",
+    };
   },
 
-  toJSON(_: ListMcpToolsRequest): unknown {
+  toJSON(message: ListMcpToolsRequest): unknown {
     const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.workspace !== "") {
+      obj.workspace = message.workspace;
+    }
+    if (message.sandboxMode !== "") {
+      obj.sandboxMode = message.sandboxMode;
+    }
     return obj;
   },
 
   create<I extends Exact<DeepPartial<ListMcpToolsRequest>, I>>(base?: I): ListMcpToolsRequest {
     return ListMcpToolsRequest.fromPartial(base ?? ({} as any));
   },
-  fromPartial<I extends Exact<DeepPartial<ListMcpToolsRequest>, I>>(_: I): ListMcpToolsRequest {
+  fromPartial<I extends Exact<DeepPartial<ListMcpToolsRequest>, I>>(object: I): ListMcpToolsRequest {
     const message = createBaseListMcpToolsRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.workspace = object.workspace ?? "";
+    message.sandboxMode = object.sandboxMode ?? "";
     return message;
   },
 };
 
 function createBaseListMcpToolsResponse(): ListMcpToolsResponse {
-  return { tools: [], servers: [] };
+  return { tools: [], servers: [], warnings: [] };
 }
 
 export const ListMcpToolsResponse: MessageFns<ListMcpToolsResponse> = {
@@ -129,6 +230,9 @@ export const ListMcpToolsResponse: MessageFns<ListMcpToolsResponse> = {
     }
     for (const v of message.servers) {
       McpServerState.encode(v!, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.warnings) {
+      writer.uint32(26).string(v!);
     }
     return writer;
   },
@@ -162,6 +266,14 @@ export const ListMcpToolsResponse: MessageFns<ListMcpToolsResponse> = {
             message.servers.push(McpServerState.decode(reader, reader.uint32()));
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.warnings.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -180,6 +292,7 @@ export const ListMcpToolsResponse: MessageFns<ListMcpToolsResponse> = {
       servers: globalThis.Array.isArray(object?.servers)
         ? object.servers.map((e: any) => McpServerState.fromJSON(e))
         : [],
+      warnings: globalThis.Array.isArray(object?.warnings) ? object.warnings.map((e: any) => globalThis.String(e)) : [],
     };
   },
 
@@ -191,6 +304,9 @@ export const ListMcpToolsResponse: MessageFns<ListMcpToolsResponse> = {
     if (message.servers?.length) {
       obj.servers = message.servers.map((e) => McpServerState.toJSON(e));
     }
+    if (message.warnings?.length) {
+      obj.warnings = message.warnings;
+    }
     return obj;
   },
 
@@ -201,6 +317,7 @@ export const ListMcpToolsResponse: MessageFns<ListMcpToolsResponse> = {
     const message = createBaseListMcpToolsResponse();
     message.tools = object.tools?.map((e) => McpTool.fromPartial(e)) || [];
     message.servers = object.servers?.map((e) => McpServerState.fromPartial(e)) || [];
+    message.warnings = object.warnings?.map((e) => e) || [];
     return message;
   },
 };
@@ -363,7 +480,7 @@ export const McpTool: MessageFns<McpTool> = {
 };
 
 function createBaseMcpServerState(): McpServerState {
-  return { name: "", state: "", error: "", tools: [], warnings: [] };
+  return { name: "", state: "", error: "", tools: [], warnings: [], source: "", transport: "" };
 }
 
 export const McpServerState: MessageFns<McpServerState> = {
@@ -382,6 +499,12 @@ export const McpServerState: MessageFns<McpServerState> = {
     }
     for (const v of message.warnings) {
       writer.uint32(42).string(v!);
+    }
+    if (message.source !== "") {
+      writer.uint32(50).string(message.source);
+    }
+    if (message.transport !== "") {
+      writer.uint32(58).string(message.transport);
     }
     return writer;
   },
@@ -439,6 +562,22 @@ export const McpServerState: MessageFns<McpServerState> = {
             message.warnings.push(reader.string());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.transport = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -458,6 +597,8 @@ export const McpServerState: MessageFns<McpServerState> = {
       error: isSet(object.error) ? globalThis.String(object.error) : "",
       tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => globalThis.String(e)) : [],
       warnings: globalThis.Array.isArray(object?.warnings) ? object.warnings.map((e: any) => globalThis.String(e)) : [],
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      transport: isSet(object.transport) ? globalThis.String(object.transport) : "",
     };
   },
 
@@ -478,6 +619,12 @@ export const McpServerState: MessageFns<McpServerState> = {
     if (message.warnings?.length) {
       obj.warnings = message.warnings;
     }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.transport !== "") {
+      obj.transport = message.transport;
+    }
     return obj;
   },
 
@@ -491,12 +638,14 @@ export const McpServerState: MessageFns<McpServerState> = {
     message.error = object.error ?? "";
     message.tools = object.tools?.map((e) => e) || [];
     message.warnings = object.warnings?.map((e) => e) || [];
+    message.source = object.source ?? "";
+    message.transport = object.transport ?? "";
     return message;
   },
 };
 
 function createBaseCallMcpToolRequest(): CallMcpToolRequest {
-  return { publicName: "", argumentsJson: "", callId: "" };
+  return { publicName: "", argumentsJson: "", callId: "", tenant: "", sessionId: "", workspace: "", sandboxMode: "" };
 }
 
 export const CallMcpToolRequest: MessageFns<CallMcpToolRequest> = {
@@ -509,6 +658,18 @@ export const CallMcpToolRequest: MessageFns<CallMcpToolRequest> = {
     }
     if (message.callId !== "") {
       writer.uint32(26).string(message.callId);
+    }
+    if (message.tenant !== "") {
+      writer.uint32(34).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(42).string(message.sessionId);
+    }
+    if (message.workspace !== "") {
+      writer.uint32(50).string(message.workspace);
+    }
+    if (message.sandboxMode !== "") {
+      writer.uint32(58).string(message.sandboxMode);
     }
     return writer;
   },
@@ -550,6 +711,38 @@ export const CallMcpToolRequest: MessageFns<CallMcpToolRequest> = {
             message.callId = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.workspace = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.sandboxMode = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -579,6 +772,18 @@ export const CallMcpToolRequest: MessageFns<CallMcpToolRequest> = {
         : isSet(object.call_id)
         ? globalThis.String(object.call_id)
         : "",
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      workspace: isSet(object.workspace) ? globalThis.String(object.workspace) : "",
+      sandboxMode: isSet(object.sandboxMode)
+        ? globalThis.String(object.sandboxMode)
+        : isSet(object.sandbox_mode)
+        ? globalThis.String(object.sandbox_mode)
+        : "",
     };
   },
 
@@ -593,6 +798,18 @@ export const CallMcpToolRequest: MessageFns<CallMcpToolRequest> = {
     if (message.callId !== "") {
       obj.callId = message.callId;
     }
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.workspace !== "") {
+      obj.workspace = message.workspace;
+    }
+    if (message.sandboxMode !== "") {
+      obj.sandboxMode = message.sandboxMode;
+    }
     return obj;
   },
 
@@ -604,12 +821,16 @@ export const CallMcpToolRequest: MessageFns<CallMcpToolRequest> = {
     message.publicName = object.publicName ?? "";
     message.argumentsJson = object.argumentsJson ?? "";
     message.callId = object.callId ?? "";
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.workspace = object.workspace ?? "";
+    message.sandboxMode = object.sandboxMode ?? "";
     return message;
   },
 };
 
 function createBaseCallMcpToolResponse(): CallMcpToolResponse {
-  return { content: "", isError: false, rawJson: "", durationMs: 0 };
+  return { content: "", isError: false, rawJson: "", durationMs: 0, server: "", tool: "" };
 }
 
 export const CallMcpToolResponse: MessageFns<CallMcpToolResponse> = {
@@ -625,6 +846,12 @@ export const CallMcpToolResponse: MessageFns<CallMcpToolResponse> = {
     }
     if (message.durationMs !== 0) {
       writer.uint32(33).double(message.durationMs);
+    }
+    if (message.server !== "") {
+      writer.uint32(42).string(message.server);
+    }
+    if (message.tool !== "") {
+      writer.uint32(50).string(message.tool);
     }
     return writer;
   },
@@ -674,6 +901,22 @@ export const CallMcpToolResponse: MessageFns<CallMcpToolResponse> = {
             message.durationMs = reader.double();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.server = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.tool = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -704,6 +947,8 @@ export const CallMcpToolResponse: MessageFns<CallMcpToolResponse> = {
         : isSet(object.duration_ms)
         ? globalThis.Number(object.duration_ms)
         : 0,
+      server: isSet(object.server) ? globalThis.String(object.server) : "",
+      tool: isSet(object.tool) ? globalThis.String(object.tool) : "",
     };
   },
 
@@ -721,6 +966,12 @@ export const CallMcpToolResponse: MessageFns<CallMcpToolResponse> = {
     if (message.durationMs !== 0) {
       obj.durationMs = floatToJson(message.durationMs);
     }
+    if (message.server !== "") {
+      obj.server = message.server;
+    }
+    if (message.tool !== "") {
+      obj.tool = message.tool;
+    }
     return obj;
   },
 
@@ -733,6 +984,8 @@ export const CallMcpToolResponse: MessageFns<CallMcpToolResponse> = {
     message.isError = object.isError ?? false;
     message.rawJson = object.rawJson ?? "";
     message.durationMs = object.durationMs ?? 0;
+    message.server = object.server ?? "";
+    message.tool = object.tool ?? "";
     return message;
   },
 };

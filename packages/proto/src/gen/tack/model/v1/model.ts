@@ -93,8 +93,10 @@ export interface ToolSpec {
   deniable: string[];
   /** The argument a person is shown as the call's operation on an approval card (e.g. bash's `command`); empty: all arguments. */
   operationArgument: string;
-  /** Who carries calls out: empty for the tools service (in the sandbox), `session` for the loop (the call changes the session, not the sandbox). */
+  /** Who carries calls out: empty for the tools service (in the sandbox), `session` for the loop (the call changes the session, not the sandbox), `skills` for the skills service (the `skill` tool), `mcp` for the MCP bridge. */
   handler: string;
+  /** `ask`: a person must allow each call through the approval flow (an MCP tool whose approval is `ask`); empty: no per-call approval. */
+  approval: string;
 }
 
 /** ToolCall is one call the model asked for. */
@@ -144,7 +146,15 @@ export interface Usage {
 }
 
 function createBaseToolSpec(): ToolSpec {
-  return { name: "", description: "", parametersJson: "", deniable: [], operationArgument: "", handler: "" };
+  return {
+    name: "",
+    description: "",
+    parametersJson: "",
+    deniable: [],
+    operationArgument: "",
+    handler: "",
+    approval: "",
+  };
 }
 
 export const ToolSpec: MessageFns<ToolSpec> = {
@@ -166,6 +176,9 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     }
     if (message.handler !== "") {
       writer.uint32(50).string(message.handler);
+    }
+    if (message.approval !== "") {
+      writer.uint32(58).string(message.approval);
     }
     return writer;
   },
@@ -231,6 +244,14 @@ export const ToolSpec: MessageFns<ToolSpec> = {
             message.handler = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.approval = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -259,6 +280,7 @@ export const ToolSpec: MessageFns<ToolSpec> = {
         ? globalThis.String(object.operation_argument)
         : "",
       handler: isSet(object.handler) ? globalThis.String(object.handler) : "",
+      approval: isSet(object.approval) ? globalThis.String(object.approval) : "",
     };
   },
 
@@ -282,6 +304,9 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     if (message.handler !== "") {
       obj.handler = message.handler;
     }
+    if (message.approval !== "") {
+      obj.approval = message.approval;
+    }
     return obj;
   },
 
@@ -296,6 +321,7 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     message.deniable = object.deniable?.map((e) => e) || [];
     message.operationArgument = object.operationArgument ?? "";
     message.handler = object.handler ?? "";
+    message.approval = object.approval ?? "";
     return message;
   },
 };

@@ -106,6 +106,62 @@ export interface ListProcessesResponse {
   truncated: boolean;
 }
 
+/**
+ * OpenStdioRequest starts a long-lived process in the session's container of one mode whose
+ * stdin, stdout and stderr travel as StdioFrames over NATS (`<ns>.sandbox.stdio.open`). The MCP
+ * service runs stdio MCP servers this way (decision 0016). The process gets only the container's
+ * PATH, HOME and LANG plus `env`, runs as the sandbox user in its own process group, has no
+ * timeout, and is killed when its stream is closed, its caller stops pinging, or the container goes.
+ */
+export interface OpenStdioRequest {
+  sessionId: string;
+  /** Mode of the container; empty = the session's earliest container, as for exec. */
+  mode: string;
+  argv: string[];
+  env: { [key: string]: string };
+  /** Absolute path in the container; empty = /workspace. */
+  cwd: string;
+  /**
+   * Chosen by the caller, 32 lowercase hex digits: the service reads input from
+   * `<ns>.sandbox.stdio.in.<stream_id>` and publishes output to `<ns>.sandbox.stdio.out.<stream_id>`
+   * (subscribe to it before opening: output may come before this request's answer).
+   */
+  streamId: string;
+}
+
+export interface OpenStdioRequest_EnvEntry {
+  key: string;
+  value: string;
+}
+
+export interface OpenStdioResponse {
+  /** Pid inside the container. */
+  pid: number;
+  /** The sandbox replica that holds the process (and answers its input subject). */
+  replica: string;
+}
+
+/**
+ * StdioFrame is one message of a stdio stream, either way. Each direction numbers its frames
+ * from 1; a receiver that sees a gap ends the stream (frames are never resent).
+ * Input (`...stdio.in.<id>`): `data` for the process's stdin, `eof` closes it, `kill` ends the
+ * process; a request with none of them (seq 0) is a ping, answered with an empty frame while the
+ * stream lives. Without input or a ping for 60 s the process is killed.
+ * Output (`...stdio.out.<id>`): `data` from `fd` 1 (stdout) or 2 (stderr); the last frame has
+ * `exited` with the exit code (128+N for signal N, -1 when unknown) and, when the process did not
+ * simply exit, `reason` (killed on request, its container went away, the caller stopped pinging).
+ */
+export interface StdioFrame {
+  seq: number;
+  data: Buffer;
+  fd: number;
+  eof: boolean;
+  kill: boolean;
+  exited: boolean;
+  exitCode: number;
+  reason: string;
+}
+
 function createBaseEnsureSandboxRequest(): EnsureSandboxRequest {
   return { sessionId: "", tenant: "", workspace: "", mode: "" };
 }
@@ -1210,6 +1266,548 @@ export const ListProcessesResponse: MessageFns<ListProcessesResponse> = {
   },
 };
 
+function createBaseOpenStdioRequest(): OpenStdioRequest {
+  return { sessionId: "", mode: "", argv: [], env: {}, cwd: "", streamId: "" };
+}
+
+export const OpenStdioRequest: MessageFns<OpenStdioRequest> = {
+  encode(message: OpenStdioRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.mode !== "") {
+      writer.uint32(18).string(message.mode);
+    }
+    for (const v of message.argv) {
+      writer.uint32(26).string(v!);
+    }
+    globalThis.Object.entries(message.env).forEach(([key, value]: [string, string]) => {
+      OpenStdioRequest_EnvEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
+    });
+    if (message.cwd !== "") {
+      writer.uint32(42).string(message.cwd);
+    }
+    if (message.streamId !== "") {
+      writer.uint32(50).string(message.streamId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): OpenStdioRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOpenStdioRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.argv.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const entry4 = OpenStdioRequest_EnvEntry.decode(reader, reader.uint32());
+            if (entry4.value !== undefined) {
+              message.env[entry4.key] = entry4.value;
+            }
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.cwd = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.streamId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): OpenStdioRequest {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      argv: globalThis.Array.isArray(object?.argv) ? object.argv.map((e: any) => globalThis.String(e)) : [],
+      env: isObject(object.env)
+        ? (globalThis.Object.entries(object.env) as [string, any][]).reduce(
+          (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.String(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      cwd: isSet(object.cwd) ? globalThis.String(object.cwd) : "",
+      streamId: isSet(object.streamId)
+        ? globalThis.String(object.streamId)
+        : isSet(object.stream_id)
+        ? globalThis.String(object.stream_id)
+        : "",
+    };
+  },
+
+  toJSON(message: OpenStdioRequest): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.mode !== "") {
+      obj.mode = message.mode;
+    }
+    if (message.argv?.length) {
+      obj.argv = message.argv;
+    }
+    if (message.env) {
+      const entries = globalThis.Object.entries(message.env) as [string, string][];
+      if (entries.length > 0) {
+        obj.env = {};
+        entries.forEach(([k, v]) => {
+          obj.env[k] = v;
+        });
+      }
+    }
+    if (message.cwd !== "") {
+      obj.cwd = message.cwd;
+    }
+    if (message.streamId !== "") {
+      obj.streamId = message.streamId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<OpenStdioRequest>, I>>(base?: I): OpenStdioRequest {
+    return OpenStdioRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<OpenStdioRequest>, I>>(object: I): OpenStdioRequest {
+    const message = createBaseOpenStdioRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.mode = object.mode ?? "";
+    message.argv = object.argv?.map((e) => e) || [];
+    message.env = (globalThis.Object.entries(object.env ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.cwd = object.cwd ?? "";
+    message.streamId = object.streamId ?? "";
+    return message;
+  },
+};
+
+function createBaseOpenStdioRequest_EnvEntry(): OpenStdioRequest_EnvEntry {
+  return { key: "", value: "" };
+}
+
+export const OpenStdioRequest_EnvEntry: MessageFns<OpenStdioRequest_EnvEntry> = {
+  encode(message: OpenStdioRequest_EnvEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): OpenStdioRequest_EnvEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOpenStdioRequest_EnvEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): OpenStdioRequest_EnvEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: OpenStdioRequest_EnvEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<OpenStdioRequest_EnvEntry>, I>>(base?: I): OpenStdioRequest_EnvEntry {
+    return OpenStdioRequest_EnvEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<OpenStdioRequest_EnvEntry>, I>>(object: I): OpenStdioRequest_EnvEntry {
+    const message = createBaseOpenStdioRequest_EnvEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? "";
+    return message;
+  },
+};
+
+function createBaseOpenStdioResponse(): OpenStdioResponse {
+  return { pid: 0, replica: "" };
+}
+
+export const OpenStdioResponse: MessageFns<OpenStdioResponse> = {
+  encode(message: OpenStdioResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.pid !== 0) {
+      writer.uint32(8).uint32(message.pid);
+    }
+    if (message.replica !== "") {
+      writer.uint32(18).string(message.replica);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): OpenStdioResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOpenStdioResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.pid = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.replica = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): OpenStdioResponse {
+    return {
+      pid: isSet(object.pid) ? globalThis.Number(object.pid) : 0,
+      replica: isSet(object.replica) ? globalThis.String(object.replica) : "",
+    };
+  },
+
+  toJSON(message: OpenStdioResponse): unknown {
+    const obj: any = {};
+    if (message.pid !== 0) {
+      obj.pid = Math.round(message.pid);
+    }
+    if (message.replica !== "") {
+      obj.replica = message.replica;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<OpenStdioResponse>, I>>(base?: I): OpenStdioResponse {
+    return OpenStdioResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<OpenStdioResponse>, I>>(object: I): OpenStdioResponse {
+    const message = createBaseOpenStdioResponse();
+    message.pid = object.pid ?? 0;
+    message.replica = object.replica ?? "";
+    return message;
+  },
+};
+
+function createBaseStdioFrame(): StdioFrame {
+  return { seq: 0, data: Buffer.alloc(0), fd: 0, eof: false, kill: false, exited: false, exitCode: 0, reason: "" };
+}
+
+export const StdioFrame: MessageFns<StdioFrame> = {
+  encode(message: StdioFrame, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).uint64(message.seq);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(18).bytes(message.data);
+    }
+    if (message.fd !== 0) {
+      writer.uint32(24).uint32(message.fd);
+    }
+    if (message.eof !== false) {
+      writer.uint32(32).bool(message.eof);
+    }
+    if (message.kill !== false) {
+      writer.uint32(40).bool(message.kill);
+    }
+    if (message.exited !== false) {
+      writer.uint32(48).bool(message.exited);
+    }
+    if (message.exitCode !== 0) {
+      writer.uint32(56).int32(message.exitCode);
+    }
+    if (message.reason !== "") {
+      writer.uint32(66).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StdioFrame {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStdioFrame();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.fd = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.eof = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.kill = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.exited = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.exitCode = reader.int32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StdioFrame {
+    return {
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+      fd: isSet(object.fd) ? globalThis.Number(object.fd) : 0,
+      eof: isSet(object.eof) ? globalThis.Boolean(object.eof) : false,
+      kill: isSet(object.kill) ? globalThis.Boolean(object.kill) : false,
+      exited: isSet(object.exited) ? globalThis.Boolean(object.exited) : false,
+      exitCode: isSet(object.exitCode)
+        ? globalThis.Number(object.exitCode)
+        : isSet(object.exit_code)
+        ? globalThis.Number(object.exit_code)
+        : 0,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
+  },
+
+  toJSON(message: StdioFrame): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    if (message.fd !== 0) {
+      obj.fd = Math.round(message.fd);
+    }
+    if (message.eof !== false) {
+      obj.eof = message.eof;
+    }
+    if (message.kill !== false) {
+      obj.kill = message.kill;
+    }
+    if (message.exited !== false) {
+      obj.exited = message.exited;
+    }
+    if (message.exitCode !== 0) {
+      obj.exitCode = Math.round(message.exitCode);
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<StdioFrame>, I>>(base?: I): StdioFrame {
+    return StdioFrame.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<StdioFrame>, I>>(object: I): StdioFrame {
+    const message = createBaseStdioFrame();
+    message.seq = object.seq ?? 0;
+    message.data = object.data ?? Buffer.alloc(0);
+    message.fd = object.fd ?? 0;
+    message.eof = object.eof ?? false;
+    message.kill = object.kill ?? false;
+    message.exited = object.exited ?? false;
+    message.exitCode = object.exitCode ?? 0;
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
 function bytesFromBase64(b64: string): Uint8Array {
   return Uint8Array.from(globalThis.Buffer.from(b64, "base64"));
 }
@@ -1244,6 +1842,10 @@ function longToNumber(int64: { toString(): string }): number {
     throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
   }
   return num;
+}
+
+function isObject(value: any): boolean {
+  return typeof value === "object" && value !== null;
 }
 
 function isSet(value: any): boolean {

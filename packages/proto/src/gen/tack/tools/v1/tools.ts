@@ -168,6 +168,63 @@ export interface RulesFileRead {
   error: string;
 }
 
+/**
+ * ReadHooksConfigRequest reads the workspace's hooks files in the session's sandbox (`<ns>.tools.hook_config`):
+ * `.claude/settings.json`, `.claude/settings.local.json` and `.tack/hooks.json` under /workspace.
+ */
+export interface ReadHooksConfigRequest {
+  sessionId: string;
+  tenant: string;
+  /** Host workspace path of the session (the sandbox mounts it at /workspace). */
+  workspace: string;
+  /** The session's sandbox mode (the container the files are read in). */
+  sandboxMode: string;
+}
+
+export interface ReadHooksConfigResponse {
+  /** The hooks files that exist, in the order above. */
+  files: HooksFileRead[];
+}
+
+/** HooksFileRead is one hooks file as found in the sandbox. */
+export interface HooksFileRead {
+  /** Relative to /workspace, e.g. `.claude/settings.json`. */
+  path: string;
+  /** The whole file (at most 256 KB; a larger one has `error` set instead). */
+  content: Buffer;
+  /** Set when the file exists but could not be read (a folder, permission denied, too large); content is then empty. */
+  error: string;
+}
+
+/**
+ * RunHookRequest runs one hook command in the session's sandbox (`<ns>.tools.hook_run`): `bash -c <command>` in
+ * /workspace with CLAUDE_PROJECT_DIR=/workspace and `input` on its standard input, killed at `timeout_ms`.
+ */
+export interface RunHookRequest {
+  sessionId: string;
+  tenant: string;
+  /** Host workspace path of the session (the sandbox mounts it at /workspace). */
+  workspace: string;
+  /** The session's sandbox mode (the container the hook runs in). */
+  sandboxMode: string;
+  command: string;
+  /** The hook's JSON input (Claude Code's format), written to its standard input. */
+  input: string;
+  timeoutMs: number;
+  /** As on `hook/invoked`, for the services' logs. */
+  invocationId: string;
+}
+
+export interface RunHookResponse {
+  exitCode: number;
+  /** Each cut at 64 KB. */
+  stdout: string;
+  stderr: string;
+  /** Killed at its timeout. */
+  timedOut: boolean;
+  durationMs: number;
+}
+
 function createBaseListToolsRequest(): ListToolsRequest {
   return { mode: "", defined: undefined };
 }
@@ -2060,6 +2117,652 @@ export const RulesFileRead: MessageFns<RulesFileRead> = {
     message.bytes = object.bytes ?? 0;
     message.sha256 = object.sha256 ?? "";
     message.error = object.error ?? "";
+    return message;
+  },
+};
+
+function createBaseReadHooksConfigRequest(): ReadHooksConfigRequest {
+  return { sessionId: "", tenant: "", workspace: "", sandboxMode: "" };
+}
+
+export const ReadHooksConfigRequest: MessageFns<ReadHooksConfigRequest> = {
+  encode(message: ReadHooksConfigRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.tenant !== "") {
+      writer.uint32(18).string(message.tenant);
+    }
+    if (message.workspace !== "") {
+      writer.uint32(26).string(message.workspace);
+    }
+    if (message.sandboxMode !== "") {
+      writer.uint32(34).string(message.sandboxMode);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReadHooksConfigRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReadHooksConfigRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.workspace = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sandboxMode = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReadHooksConfigRequest {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      workspace: isSet(object.workspace) ? globalThis.String(object.workspace) : "",
+      sandboxMode: isSet(object.sandboxMode)
+        ? globalThis.String(object.sandboxMode)
+        : isSet(object.sandbox_mode)
+        ? globalThis.String(object.sandbox_mode)
+        : "",
+    };
+  },
+
+  toJSON(message: ReadHooksConfigRequest): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.workspace !== "") {
+      obj.workspace = message.workspace;
+    }
+    if (message.sandboxMode !== "") {
+      obj.sandboxMode = message.sandboxMode;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReadHooksConfigRequest>, I>>(base?: I): ReadHooksConfigRequest {
+    return ReadHooksConfigRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReadHooksConfigRequest>, I>>(object: I): ReadHooksConfigRequest {
+    const message = createBaseReadHooksConfigRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.tenant = object.tenant ?? "";
+    message.workspace = object.workspace ?? "";
+    message.sandboxMode = object.sandboxMode ?? "";
+    return message;
+  },
+};
+
+function createBaseReadHooksConfigResponse(): ReadHooksConfigResponse {
+  return { files: [] };
+}
+
+export const ReadHooksConfigResponse: MessageFns<ReadHooksConfigResponse> = {
+  encode(message: ReadHooksConfigResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.files) {
+      HooksFileRead.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReadHooksConfigResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReadHooksConfigResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.files.push(HooksFileRead.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReadHooksConfigResponse {
+    return {
+      files: globalThis.Array.isArray(object?.files) ? object.files.map((e: any) => HooksFileRead.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ReadHooksConfigResponse): unknown {
+    const obj: any = {};
+    if (message.files?.length) {
+      obj.files = message.files.map((e) => HooksFileRead.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReadHooksConfigResponse>, I>>(base?: I): ReadHooksConfigResponse {
+    return ReadHooksConfigResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReadHooksConfigResponse>, I>>(object: I): ReadHooksConfigResponse {
+    const message = createBaseReadHooksConfigResponse();
+    message.files = object.files?.map((e) => HooksFileRead.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseHooksFileRead(): HooksFileRead {
+  return { path: "", content: Buffer.alloc(0), error: "" };
+}
+
+export const HooksFileRead: MessageFns<HooksFileRead> = {
+  encode(message: HooksFileRead, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.path !== "") {
+      writer.uint32(10).string(message.path);
+    }
+    if (message.content.length !== 0) {
+      writer.uint32(18).bytes(message.content);
+    }
+    if (message.error !== "") {
+      writer.uint32(26).string(message.error);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HooksFileRead {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHooksFileRead();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.content = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HooksFileRead {
+    return {
+      path: isSet(object.path) ? globalThis.String(object.path) : "",
+      content: isSet(object.content) ? Buffer.from(bytesFromBase64(object.content)) : Buffer.alloc(0),
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+    };
+  },
+
+  toJSON(message: HooksFileRead): unknown {
+    const obj: any = {};
+    if (message.path !== "") {
+      obj.path = message.path;
+    }
+    if (message.content.length !== 0) {
+      obj.content = base64FromBytes(message.content);
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HooksFileRead>, I>>(base?: I): HooksFileRead {
+    return HooksFileRead.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HooksFileRead>, I>>(object: I): HooksFileRead {
+    const message = createBaseHooksFileRead();
+    message.path = object.path ?? "";
+    message.content = object.content ?? Buffer.alloc(0);
+    message.error = object.error ?? "";
+    return message;
+  },
+};
+
+function createBaseRunHookRequest(): RunHookRequest {
+  return {
+    sessionId: "",
+    tenant: "",
+    workspace: "",
+    sandboxMode: "",
+    command: "",
+    input: "",
+    timeoutMs: 0,
+    invocationId: "",
+  };
+}
+
+export const RunHookRequest: MessageFns<RunHookRequest> = {
+  encode(message: RunHookRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.tenant !== "") {
+      writer.uint32(18).string(message.tenant);
+    }
+    if (message.workspace !== "") {
+      writer.uint32(26).string(message.workspace);
+    }
+    if (message.sandboxMode !== "") {
+      writer.uint32(34).string(message.sandboxMode);
+    }
+    if (message.command !== "") {
+      writer.uint32(42).string(message.command);
+    }
+    if (message.input !== "") {
+      writer.uint32(50).string(message.input);
+    }
+    if (message.timeoutMs !== 0) {
+      writer.uint32(56).uint32(message.timeoutMs);
+    }
+    if (message.invocationId !== "") {
+      writer.uint32(66).string(message.invocationId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunHookRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunHookRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.workspace = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sandboxMode = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.command = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.input = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.timeoutMs = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.invocationId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunHookRequest {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      workspace: isSet(object.workspace) ? globalThis.String(object.workspace) : "",
+      sandboxMode: isSet(object.sandboxMode)
+        ? globalThis.String(object.sandboxMode)
+        : isSet(object.sandbox_mode)
+        ? globalThis.String(object.sandbox_mode)
+        : "",
+      command: isSet(object.command) ? globalThis.String(object.command) : "",
+      input: isSet(object.input) ? globalThis.String(object.input) : "",
+      timeoutMs: isSet(object.timeoutMs)
+        ? globalThis.Number(object.timeoutMs)
+        : isSet(object.timeout_ms)
+        ? globalThis.Number(object.timeout_ms)
+        : 0,
+      invocationId: isSet(object.invocationId)
+        ? globalThis.String(object.invocationId)
+        : isSet(object.invocation_id)
+        ? globalThis.String(object.invocation_id)
+        : "",
+    };
+  },
+
+  toJSON(message: RunHookRequest): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.workspace !== "") {
+      obj.workspace = message.workspace;
+    }
+    if (message.sandboxMode !== "") {
+      obj.sandboxMode = message.sandboxMode;
+    }
+    if (message.command !== "") {
+      obj.command = message.command;
+    }
+    if (message.input !== "") {
+      obj.input = message.input;
+    }
+    if (message.timeoutMs !== 0) {
+      obj.timeoutMs = Math.round(message.timeoutMs);
+    }
+    if (message.invocationId !== "") {
+      obj.invocationId = message.invocationId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RunHookRequest>, I>>(base?: I): RunHookRequest {
+    return RunHookRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RunHookRequest>, I>>(object: I): RunHookRequest {
+    const message = createBaseRunHookRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.tenant = object.tenant ?? "";
+    message.workspace = object.workspace ?? "";
+    message.sandboxMode = object.sandboxMode ?? "";
+    message.command = object.command ?? "";
+    message.input = object.input ?? "";
+    message.timeoutMs = object.timeoutMs ?? 0;
+    message.invocationId = object.invocationId ?? "";
+    return message;
+  },
+};
+
+function createBaseRunHookResponse(): RunHookResponse {
+  return { exitCode: 0, stdout: "", stderr: "", timedOut: false, durationMs: 0 };
+}
+
+export const RunHookResponse: MessageFns<RunHookResponse> = {
+  encode(message: RunHookResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.exitCode !== 0) {
+      writer.uint32(8).int32(message.exitCode);
+    }
+    if (message.stdout !== "") {
+      writer.uint32(18).string(message.stdout);
+    }
+    if (message.stderr !== "") {
+      writer.uint32(26).string(message.stderr);
+    }
+    if (message.timedOut !== false) {
+      writer.uint32(32).bool(message.timedOut);
+    }
+    if (message.durationMs !== 0) {
+      writer.uint32(41).double(message.durationMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunHookResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunHookResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.exitCode = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.stdout = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.stderr = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.timedOut = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.durationMs = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunHookResponse {
+    return {
+      exitCode: isSet(object.exitCode)
+        ? globalThis.Number(object.exitCode)
+        : isSet(object.exit_code)
+        ? globalThis.Number(object.exit_code)
+        : 0,
+      stdout: isSet(object.stdout) ? globalThis.String(object.stdout) : "",
+      stderr: isSet(object.stderr) ? globalThis.String(object.stderr) : "",
+      timedOut: isSet(object.timedOut)
+        ? globalThis.Boolean(object.timedOut)
+        : isSet(object.timed_out)
+        ? globalThis.Boolean(object.timed_out)
+        : false,
+      durationMs: isSet(object.durationMs)
+        ? globalThis.Number(object.durationMs)
+        : isSet(object.duration_ms)
+        ? globalThis.Number(object.duration_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: RunHookResponse): unknown {
+    const obj: any = {};
+    if (message.exitCode !== 0) {
+      obj.exitCode = Math.round(message.exitCode);
+    }
+    if (message.stdout !== "") {
+      obj.stdout = message.stdout;
+    }
+    if (message.stderr !== "") {
+      obj.stderr = message.stderr;
+    }
+    if (message.timedOut !== false) {
+      obj.timedOut = message.timedOut;
+    }
+    if (message.durationMs !== 0) {
+      obj.durationMs = floatToJson(message.durationMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RunHookResponse>, I>>(base?: I): RunHookResponse {
+    return RunHookResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RunHookResponse>, I>>(object: I): RunHookResponse {
+    const message = createBaseRunHookResponse();
+    message.exitCode = object.exitCode ?? 0;
+    message.stdout = object.stdout ?? "";
+    message.stderr = object.stderr ?? "";
+    message.timedOut = object.timedOut ?? false;
+    message.durationMs = object.durationMs ?? 0;
     return message;
   },
 };

@@ -1,0 +1,207 @@
+// The real loop service for the gateway's tests: `startLoopService` and the real llm service with
+// `scripted:` scripts on real NATS, so every code the gateway sees is one the loop really sends.
+// Only the tools, skills and sandbox services are answered on the bus by this helper: running commands
+// is not the gateway's concern.
+import { randomBytes } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Bus, type RequestContext } from "@tack/bus";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { compileOperatorConfig } from "@tack/config";
+import { startGateway, type Gateway } from "@tack/gateway-service";
+import { ensureLogStream, readAll } from "@tack/log";
+import {
+  CallToolRequest, CallToolResponse, ListProcessesRequest, ReadHooksConfigRequest, ReadHooksConfigResponse, SkillCatalogRequest, SkillCatalogResponse, ListProcessesResponse, ListToolsRequest, ListToolsResponse, ReadRulesRequest, ReadRulesResponse,
+  SubmitMessageRequest, SubmitMessageResponse,
+} from "@tack/proto";
+import { startLlmService, type LlmService } from "@tack/llm-service";
+import { startLoopService, type LoopService } from "@tack/loop-service";
+import { listTools } from "@tack/tools-service";
+import { waitFor } from "@tack/testkit";
+
+const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+
+/** The recorder of the running RealLoop per namespace: which loop subject served each request. */
+const recorders = new Map<string, string[]>();
+let patched = false;
+
+/**
+ * Records the subject of each request a loop handler serves, by wrapping `Bus.serve` (a plain
+ * subscription would count as a responder and hide `bus.no_responders` from the gateway).
+ */
+function recordLoopSubjects(): void {
+  if (patched) return;
+  patched = true;
+  const serve = Bus.prototype.serve;
+  Bus.prototype.serve = function (this: Bus, ...args: Parameters<typeof serve>) {
+    const [subject, queue, req, res, handler] = args;
+    const namespace = this.names.namespace;
+    if (!subject.startsWith(`${namespace}.loop.`)) return serve.apply(this, args);
+    return serve.call(this, subject, queue, req, res, async (request: unknown, context: RequestContext) => {
+      recorders.get(namespace)?.push(context.subject);
+      return handler(request, context);
+    });
+  } as typeof serve;
+}
+
+const DONE = Array.from({ length: 60 }, (_, i) => ({ content: `done ${i + 1}` }));
+
+/** A running loop replica with its llm service and tools/sandbox responders. */
+export class RealLoop {
+  /** Which loop subject served each request since start (tests clear it with `length = 0`). */
+  readonly subjects: string[] = [];
+  /** A `scripted:` model whose every reply is a short text (60 replies). */
+  readonly model: string;
+  /**
+   * A `scripted:` model whose first reply is a bash call asking to widen a `read-only` session to
+   * `workspace-write` (call id `call_0_0`); every later reply is a short text.
+   */
+  readonly askModel: string;
+  /** Like `askModel` for a `workspace-write` session: the bash call asks for `danger-full-access`. */
+  readonly askWideModel: string;
+  /** Processes the sandbox lists for wider modes: any makes the loop refuse a narrower mode (`loop.mode_change_refused`). */
+  processes: { pid: number; command: string }[] = [];
+  readonly #bus: Bus;
+  readonly #loop: LoopService;
+  readonly #llm: LlmService;
+  readonly #dir: string;
+  #llmStopped = false;
+
+  private constructor(bus: Bus, loop: LoopService, llm: LlmService, dir: string) {
+    this.#bus = bus;
+    this.#loop = loop;
+    this.#llm = llm;
+    this.#dir = dir;
+    this.model = `scripted:${join(dir, "hello.json")}`;
+    this.askModel = `scripted:${join(dir, "ask.json")}`;
+    this.askWideModel = `scripted:${join(dir, "ask-wide.json")}`;
+  }
+
+  /** Starts the loop, the llm service (scripts in a temp folder) and the tools and sandbox responders. */
+  static async start(url: string, namespace: string): Promise<RealLoop> {
+    recordLoopSubjects();
+    const dir = mkdtempSync(join(tmpdir(), "tack-gw-scripts-"));
+    writeFileSync(join(dir, "hello.json"), JSON.stringify({ replies: DONE }));
+    writeFileSync(join(dir, "ask.json"), JSON.stringify({ replies: [
+      { content: "I need to write.", tool_calls: [{ name: "bash", arguments: { command: "touch x", sandbox_permissions: "workspace-write", justification: "test" } }] },
+      ...DONE,
+    ] }));
+    writeFileSync(join(dir, "ask-wide.json"), JSON.stringify({ replies: [
+      { content: "I need the network.", tool_calls: [{ name: "bash", arguments: { command: "curl x", sandbox_permissions: "danger-full-access", justification: "test" } }] },
+      ...DONE,
+    ] }));
+    const bus = await Bus.connect({ url, namespace, name: "real-loop-responders" });
+    const llm = await startLlmService({ url, namespace, env: {}, home: dir, scripts: { scriptDirs: [dir] } });
+    const loop = await startLoopService({ natsUrl: url, namespace, leaseTtlMs: 1_000, prewarmSandbox: false, approvalTimeoutMs: 60_000 });
+    const real = new RealLoop(bus, loop, llm, dir);
+    recorders.set(namespace, real.subjects);
+    bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async (req) => ({ tools: listTools(req.mode, req.defined) }));
+    bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => CallToolResponse.fromPartial({ content: `ran ${req.name}`, durationMs: 1 }));
+    bus.serve(bus.names.toolsRules, "tools", ReadRulesRequest, ReadRulesResponse, async () => ({ files: [] }));
+    bus.serve(bus.names.toolsHookConfig, "tools", ReadHooksConfigRequest, ReadHooksConfigResponse, async () => ({ files: [] }));
+    bus.serve(bus.names.skillsCatalog, "skills", SkillCatalogRequest, SkillCatalogResponse, async () => ({ entries: [], digest: "", warnings: [] }));
+    bus.serve(bus.names.sandboxProcesses, "sandbox", ListProcessesRequest, ListProcessesResponse, async () => ListProcessesResponse.fromPartial({ processes: real.processes }));
+    await bus.nc.flush();
+    return real;
+  }
+
+  /** Waits until every turn of a session has ended (a post starts a turn that runs after the reply). */
+  async idle(tenant: string, sessionId: string): Promise<void> {
+    await waitFor(`the turns of ${sessionId} to end`, async () => {
+      const events = await readAll(this.#bus.nc, this.#bus.names, { tenant, sessionId });
+      const count = (type: string) => events.filter((e) => e.type === type).length;
+      return count("turn/end") >= count("user/message");
+    }, { timeoutMs: 15_000, intervalMs: 25 });
+  }
+
+  /**
+   * Makes a session created with `askModel` in `read-only` (or `askWideModel` in `workspace-write`)
+   * park a call for approval: posts a message on the bus and waits for `approval/asked`; returns
+   * the call id (`call_0_0`).
+   */
+  async ask(tenant: string, sessionId: string): Promise<string> {
+    await this.#bus.request(this.#bus.names.loopSubmit, SubmitMessageRequest, { tenant, sessionId, text: "please write" }, SubmitMessageResponse);
+    await this.asked(tenant, sessionId);
+    return "call_0_0";
+  }
+
+  /** Waits for the session's `approval/asked` and returns its seq. */
+  async asked(tenant: string, sessionId: string): Promise<number> {
+    return waitFor(`approval/asked in ${sessionId}`, async () => {
+      const events = await readAll(this.#bus.nc, this.#bus.names, { tenant, sessionId });
+      return events.find((e) => e.type === "approval/asked")?.seq;
+    }, { timeoutMs: 15_000, intervalMs: 25 });
+  }
+
+  /** Stops only the llm service: the loop then cannot check a model at create (`loop.llm_unavailable`). */
+  async stopLlm(): Promise<void> {
+    this.#llmStopped = true;
+    await this.#llm.stop();
+  }
+
+  /** Stops the loop (its sessions have no owner afterwards), the llm service and the responders. */
+  async stop(): Promise<void> {
+    if (recorders.get(this.#bus.names.namespace) === this.subjects) recorders.delete(this.#bus.names.namespace);
+    await this.#loop.stop();
+    if (!this.#llmStopped) await this.#llm.stop();
+    await this.#bus.close();
+    rmSync(this.#dir, { recursive: true, force: true });
+  }
+}
+
+/** What a gateway test stack is started with. */
+export interface GatewayStackOptions {
+  /** Names the temporary folder and the bus connection (`tack-<name>-`, `<name>-test`). */
+  readonly name: string;
+  /** API keys of tenant acme (admin) and globex (`globexRole`, default admin). */
+  readonly keys: { readonly acme: string; readonly globex: string };
+  readonly globexRole?: "admin" | "member";
+  /** Each tenant's policy beside `workspace_roots` (the stack's folder). */
+  readonly policy?: Readonly<Record<string, unknown>>;
+  /** Serve gRPC too (on a free port). */
+  readonly grpc?: boolean;
+  readonly keepaliveMs?: number;
+}
+
+/**
+ * The stack most gateway tests run on: a namespace's log stream, the real loop (RealLoop) and a
+ * gateway with tenants acme and globex whose workspaces are under a temporary folder.
+ */
+export class GatewayStack {
+  private constructor(
+    readonly bus: Bus, readonly loop: RealLoop, readonly gateway: Gateway, readonly namespace: string,
+    /** The temporary folder (the tenants' workspace root) and a workspace in it. */
+    readonly dir: string, readonly workspace: string,
+  ) {}
+
+  static async start(options: GatewayStackOptions): Promise<GatewayStack> {
+    const namespace = `t${randomBytes(5).toString("hex")}`;
+    const dir = mkdtempSync(join(tmpdir(), `tack-${options.name}-`));
+    const workspace = join(dir, "project");
+    mkdirSync(workspace);
+    const bus = await Bus.connect({ url: NATS_URL, namespace, name: `${options.name}-test` });
+    await ensureLogStream(bus.nc, bus.names);
+    const loop = await RealLoop.start(NATS_URL, namespace);
+    const gateway = await startGateway({
+      natsUrl: NATS_URL, namespace, port: 0, sqlitePath: join(dir, "index.db"),
+      ...(options.grpc ? { grpcPort: 0 } : {}), ...(options.keepaliveMs !== undefined ? { keepaliveMs: options.keepaliveMs } : {}),
+      apiKeys: [{ key: options.keys.acme, tenant: "acme" }, { key: options.keys.globex, tenant: "globex", role: options.globexRole ?? "admin" }],
+      operator: compileOperatorConfig(
+        { tenants: Object.fromEntries(["acme", "globex"].map((t) => [t, { workspace_roots: [dir], ...options.policy }])) },
+        { stateDir: join(dir, "state"), baseDir: dir, source: undefined },
+      ),
+    });
+    return new GatewayStack(bus, loop, gateway, namespace, dir, workspace);
+  }
+
+  /** Stops the gateway and the loop, deletes the log stream and the folder. */
+  async stop(): Promise<void> {
+    await this.gateway.stop();
+    await this.loop.stop();
+    const jsm = await jetstreamManager(this.bus.nc);
+    await jsm.streams.delete(this.bus.names.logStream).catch(() => undefined);
+    await this.bus.close();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
