@@ -22,7 +22,7 @@ export default class FailureSummary implements Reporter {
         if (result.state !== "failed") continue;
         const errors = (result.errors ?? []).map((e) => {
           const cause = (e as { cause?: { message?: string } }).cause;
-          return firstLines(e.message, 3) + (cause?.message ? ` (cause: ${firstLines(cause.message, 1)})` : "");
+          return firstLines(e.message, 6) + (cause?.message ? ` (cause: ${firstLines(cause.message, 1)})` : "");
         });
         failures.push({ file, name: test.fullName, ms: Math.round(test.diagnostic()?.duration ?? 0), errors });
       }
@@ -32,7 +32,7 @@ export default class FailureSummary implements Reporter {
     const out = [`\nFAILED (${failures.length}):`];
     for (const f of failures) {
       out.push(`  ${f.file} > ${f.name}${f.ms ? ` [${f.ms} ms]` : ""}`);
-      for (const e of f.errors) out.push(`      ${e.slice(0, 600)}`);
+      for (const e of f.errors) out.push(`      ${e.slice(0, 1_500)}`);
     }
     process.stdout.write(out.join("\n") + "\n");
   }

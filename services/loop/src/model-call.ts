@@ -31,16 +31,22 @@ const SOURCE = "loop";
 export async function callModel(deps: ModelCallDeps, turn: number, step: number, request: ModelRequest, logChunks = true): Promise<CompleteDone> {
   const pending: Delta[] = [];
   const writes: Array<Promise<unknown>> = [];
+  // A write is awaited after the call; if the call fails first, its rejection (a lost lease, say)
+  // must not go unhandled and end the process: the caller hears of the call's own failure.
+  const write = (appended: Promise<unknown>) => {
+    appended.catch(() => undefined);
+    writes.push(appended);
+  };
   const flush = () => {
     if (pending.length === 0) return;
-    writes.push(deps.append(draft("assistantChunks", { turn, step, deltas: pending.splice(0) }, SOURCE)));
+    write(deps.append(draft("assistantChunks", { turn, step, deltas: pending.splice(0) }, SOURCE)));
   };
   // Retry events logged so far: a replica's own attempts are numbered after the calls before it.
   let logged = 0;
   const logRetry = (attempt: number, code: string, message: string, delayMs: number) => {
     pending.length = 0;
     logged += 1;
-    writes.push(deps.append(draft("llmRetry", { turn, step, attempt, code, message, delayMs }, SOURCE)));
+    write(deps.append(draft("llmRetry", { turn, step, attempt, code, message, delayMs }, SOURCE)));
   };
   const body = CompleteRequest.fromPartial({
     sessionId: deps.sessionId, model: request.model, systemPrompt: request.systemPrompt, tools: [...request.tools],
