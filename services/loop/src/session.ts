@@ -395,15 +395,7 @@ export class SessionRuntime {
       const turn = this.#turnCount();
       const summarized = await this.#compactor.compact({
         projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
-        callModel: async (request) => {
-          await this.#deps.budgets.check({
-            tenant: this.tenant, model: request.model, sessionBudget: meta.budgetUsd, sessionSpent: sessionSpend(this.events),
-            inputTokens: this.#compactor.estimate(request), maxTokens: request.maxTokens,
-          });
-          const done = await this.#callModel(turn, 0, request, false);
-          await this.#deps.budgets.record(this.tenant, done.costUsd);
-          return done;
-        },
+        callModel: (request) => this.#summaryCall(turn, 0, request),
       }, instructions);
       if (!summarized) return none("nothing to compact: the model has not replied since the last summary (or the session has too little conversation to summarize)");
       const tokensAfter = this.#compactor.estimate(this.projection.request());
@@ -599,7 +591,7 @@ export class SessionRuntime {
     await this.#writer.flush();
     if (!NO_COMPACTION.has(sessionModeOf(this.events))) await this.#compactor.beforeRequest({
       projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
-      callModel: (request) => this.#callModel(turn, step, request, false),
+      callModel: (request) => this.#summaryCall(turn, step, request),
     });
     // After compaction, so rules a summary took out of the model's view are logged again before this request.
     await this.#rules.check(this.#rulesHost(), turn);
@@ -626,6 +618,20 @@ export class SessionRuntime {
     // The next step's start pipelines behind it; `flush` before the next request (or the turn's end) surfaces any failure.
     this.#appendLater(draft("stepEnd", { turn, step, toolCalls: done.toolCalls.length }, SOURCE));
     return true;
+  }
+
+  /**
+   * A summary's model call (automatic or asked for): checked against the session's and the
+   * tenant's budgets like a step's call, and its cost added to the tenant's spending.
+   */
+  async #summaryCall(turn: number, step: number, request: ModelRequest): Promise<CompleteDone> {
+    await this.#deps.budgets.check({
+      tenant: this.tenant, model: request.model, sessionBudget: this.meta!.budgetUsd, sessionSpent: sessionSpend(this.events),
+      inputTokens: this.#compactor.estimate(request), maxTokens: request.maxTokens,
+    });
+    const done = await this.#callModel(turn, step, request, false);
+    await this.#deps.budgets.record(this.tenant, done.costUsd);
+    return done;
   }
 
   #extensionsHost(): ExtensionsHost {

@@ -15,6 +15,7 @@ import {
 import { startLoopService, SUMMARY_HEADING, SUMMARY_INSTRUCTION, type LoopOptions, type LoopService } from "@tack/loop-service";
 import { listTools, startToolsService, type ToolsService } from "@tack/tools-service";
 import type { Logger } from "@tack/telemetry";
+import { Budgets } from "../src/budget.js";
 import { compactInstruction, Compactor, type CompactionSettings } from "../src/compaction.js";
 import { waitFor } from "@tack/testkit";
 
@@ -86,6 +87,7 @@ afterAll(async () => {
   const jsm = await jetstreamManager(bus.nc);
   await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
   await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
+  await new Kvm(bus.nc).open(bus.names.spendBucket).then((kv) => kv.destroy()).catch(() => undefined);
   await (await SpillBucket.open(bus.nc, bus.names))?.destroy();
   await bus.close();
 });
@@ -197,8 +199,11 @@ describe("compaction", () => {
     // 6,000 tokens fit the first six tools; tools appended to the standard list since are in every request too (4 characters a token).
     const first = ["read", "write", "edit", "glob", "grep", "bash"];
     const appended = listTools("standard").filter((t) => !first.includes(t.name)).reduce((n, t) => n + t.name.length + t.description.length + t.parametersJson.length, 0);
+    const spentBefore = await new Budgets(bus, {}).tenantSpend("local");
     const { events } = await runTurn({ contextWindowTokens: 6_000 + Math.ceil(appended / 4 / 0.8), pruneAt: 0.8, summarizeAt: 0.8 }, "emit four times");
     completed(events);
+    // The automatic summary's cost counts against the tenant's budget, as a step's does (the steps here cost nothing).
+    expect(await new Budgets(bus, {}).tenantSpend("local") - spentBefore).toBeCloseTo(0.0012, 10);
     expect(requests.map(isSummary)).toEqual([false, false, false, false, true, false]);
     const summarized = events.find((e) => e.payload?.$case === "contextSummarized")!;
     const summary = events.find((e) => e.surface?.origin === "compaction:summary")!;
