@@ -110,8 +110,9 @@ export class RealLoop {
   async idle(tenant: string, sessionId: string): Promise<void> {
     await waitFor(`the turns of ${sessionId} to end`, async () => {
       const events = await readAll(this.#bus.nc, this.#bus.names, { tenant, sessionId });
-      const count = (type: string) => events.filter((e) => e.type === type).length;
-      return count("turn/end") >= count("user/message");
+      // A summary is logged as a user/message too (origin compaction:summary); it starts no turn.
+      const posted = events.filter((e) => e.type === "user/message" && e.surface?.origin !== "compaction:summary").length;
+      return events.filter((e) => e.type === "turn/end").length >= posted;
     }, { timeoutMs: 15_000, intervalMs: 25 });
   }
 
