@@ -166,23 +166,24 @@ export class Compactor {
     if (pruned) await host.append(draft("contextPruned", pruned, SOURCE));
     const request = host.projection.request();
     if (this.estimate(request) < this.#settings.summarizeAt * this.windowOf(request.model)) return;
-    await this.#summarizeAll(host, SUMMARY_INSTRUCTION);
+    await this.#summarizeAll(host, SUMMARY_INSTRUCTION, "");
   }
 
   /**
    * Summarizes the whole conversation now, as `beforeRequest` does when the context fills up
-   * (the same events), for a person who asked (`/compact`, with their `instructions`). Undefined
-   * when there is nothing to summarize: no model reply since the session started or since the last summary.
+   * (the same events), for a person who asked (`/compact`, with their `instructions`; `requestedBy`
+   * names them in `context/summarized`). Undefined when there is nothing to summarize: no model
+   * reply since the session started or since the last summary.
    */
-  compact(host: CompactionHost, instructions = ""): Promise<Summarized | undefined> {
-    return this.#summarizeAll(host, compactInstruction(instructions));
+  compact(host: CompactionHost, instructions = "", requestedBy = "api"): Promise<Summarized | undefined> {
+    return this.#summarizeAll(host, compactInstruction(instructions), requestedBy);
   }
 
-  async #summarizeAll(host: CompactionHost, instruction: string): Promise<Summarized | undefined> {
+  async #summarizeAll(host: CompactionHost, instruction: string, requestedBy: string): Promise<Summarized | undefined> {
     const entries = host.projection.entries();
     // Nothing has happened since the last summary (or the start): another summary would only restate it.
     if (entries.length < 2 || !entries.some((e) => e.message.role === Role.ROLE_ASSISTANT)) return undefined;
-    return this.#summarize(host, entries[0]!.seq, entries.at(-1)!.seq, instruction);
+    return this.#summarize(host, entries[0]!.seq, entries.at(-1)!.seq, instruction, requestedBy);
   }
 
   /** A `context/pruned` worth logging now, or undefined: old results beyond the protected recent part, saving enough to pay for the cache it breaks. */
@@ -210,7 +211,7 @@ export class Compactor {
   }
 
   /** One extra model call writes a summary; it is logged as a user message replacing [fromSeq, toSeq], then `context/summarized`. */
-  async #summarize(host: CompactionHost, fromSeq: number, toSeq: number, instruction: string): Promise<Summarized> {
+  async #summarize(host: CompactionHost, fromSeq: number, toSeq: number, instruction: string, requestedBy: string): Promise<Summarized> {
     const base = host.verifiedRequest();
     const done = await host.callModel({ ...base, messages: [...base.messages, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: instruction })] });
     const summary = done.content.trim();
@@ -221,7 +222,7 @@ export class Compactor {
       kind: Surface_Kind.KIND_REPLACE, replaceFromSeq: fromSeq, replaceToSeq: toSeq, sourceSeqs: [], origin: "compaction:summary",
     }));
     const [summarized] = await host.append(draft("contextSummarized", {
-      fromSeq, toSeq, summarySeq: event!.seq, model: done.model || base.model, usage: done.usage, costUsd: done.costUsd,
+      fromSeq, toSeq, summarySeq: event!.seq, model: done.model || base.model, usage: done.usage, costUsd: done.costUsd, requestedBy,
     }, SOURCE));
     return { fromSeq, toSeq, summarySeq: event!.seq, seq: summarized!.seq, costUsd: done.costUsd };
   }

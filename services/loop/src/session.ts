@@ -396,7 +396,7 @@ export class SessionRuntime {
       const summarized = await this.#compactor.compact({
         projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
         callModel: (request) => this.#summaryCall(turn, 0, request),
-      }, instructions);
+      }, instructions, by);
       if (!summarized) return none("nothing to compact: the model has not replied since the last summary (or the session has too little conversation to summarize)");
       const tokensAfter = this.#compactor.estimate(this.projection.request());
       this.#deps.log.info("session compacted", { session: this.sessionId, by, from_seq: summarized.fromSeq, to_seq: summarized.toSeq, tokens_before: tokensBefore, tokens_after: tokensAfter });

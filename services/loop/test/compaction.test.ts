@@ -210,7 +210,7 @@ describe("compaction", () => {
     const firstUser = events.find((e) => e.type === "user/message")!;
     const lastResult = toolResults(events).at(-1)!;
     expect(summarized.payload).toEqual({ $case: "contextSummarized", value: {
-      fromSeq: firstUser.seq, toSeq: lastResult.seq, summarySeq: summary.seq, model: "scripted-summarizer", usage, costUsd: 0.0012,
+      fromSeq: firstUser.seq, toSeq: lastResult.seq, summarySeq: summary.seq, model: "scripted-summarizer", usage, costUsd: 0.0012, requestedBy: "",
     } });
     expect(summary.surface).toEqual({ kind: Surface_Kind.KIND_REPLACE, replaceFromSeq: firstUser.seq, replaceToSeq: lastResult.seq, sourceSeqs: [], origin: "compaction:summary" });
     expect(summary.payload).toEqual({ $case: "userMessage", value: { text: `${SUMMARY_HEADING}SUMMARY: the user asked to emit four times; four results came back.` } });
@@ -281,7 +281,7 @@ describe("compaction asked for", () => {
     const after = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
     expect(after.slice(events.length).map((e) => e.type)).toEqual(["user/message", "context/summarized"]);
     expect(after.at(-2)!.surface).toMatchObject({ kind: Surface_Kind.KIND_REPLACE, replaceFromSeq: done.fromSeq, replaceToSeq: done.toSeq, origin: "compaction:summary" });
-    expect(after.at(-1)!.payload).toMatchObject({ $case: "contextSummarized", value: { fromSeq: done.fromSeq, toSeq: done.toSeq, summarySeq: events.length + 1, model: "scripted-summary", costUsd: 0.002 } });
+    expect(after.at(-1)!.payload).toMatchObject({ $case: "contextSummarized", value: { fromSeq: done.fromSeq, toSeq: done.toSeq, summarySeq: events.length + 1, model: "scripted-summary", costUsd: 0.002, requestedBy: "test" } });
     expect(deriveRequest(after).messages.map((m) => m.content)).toEqual([`${SUMMARY_HEADING}SUMMARY of the work`]);
 
     expect(await compact()).toMatchObject({ compacted: false, seq: 0, note: expect.stringContaining("nothing to compact") });

@@ -447,6 +447,12 @@ export interface ContextSummarized {
   model: string;
   usage: Usage | undefined;
   costUsd: number;
+  /**
+   * Who asked for it (`/compact`, CompactSession): the caller the gateway names, as in an
+   * approval's `decided_by`; empty when the context reached the summarize threshold and the
+   * loop summarized on its own.
+   */
+  requestedBy: string;
 }
 
 /** `todo/updated` [log-only] — the session's task list, whole, as a todo_write call set it. */
@@ -5030,7 +5036,7 @@ export const ContextPruned: MessageFns<ContextPruned> = {
 };
 
 function createBaseContextSummarized(): ContextSummarized {
-  return { fromSeq: 0, toSeq: 0, summarySeq: 0, model: "", usage: undefined, costUsd: 0 };
+  return { fromSeq: 0, toSeq: 0, summarySeq: 0, model: "", usage: undefined, costUsd: 0, requestedBy: "" };
 }
 
 export const ContextSummarized: MessageFns<ContextSummarized> = {
@@ -5052,6 +5058,9 @@ export const ContextSummarized: MessageFns<ContextSummarized> = {
     }
     if (message.costUsd !== 0) {
       writer.uint32(49).double(message.costUsd);
+    }
+    if (message.requestedBy !== "") {
+      writer.uint32(58).string(message.requestedBy);
     }
     return writer;
   },
@@ -5117,6 +5126,14 @@ export const ContextSummarized: MessageFns<ContextSummarized> = {
             message.costUsd = reader.double();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.requestedBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5153,6 +5170,11 @@ export const ContextSummarized: MessageFns<ContextSummarized> = {
         : isSet(object.cost_usd)
         ? globalThis.Number(object.cost_usd)
         : 0,
+      requestedBy: isSet(object.requestedBy)
+        ? globalThis.String(object.requestedBy)
+        : isSet(object.requested_by)
+        ? globalThis.String(object.requested_by)
+        : "",
     };
   },
 
@@ -5176,6 +5198,9 @@ export const ContextSummarized: MessageFns<ContextSummarized> = {
     if (message.costUsd !== 0) {
       obj.costUsd = floatToJson(message.costUsd);
     }
+    if (message.requestedBy !== "") {
+      obj.requestedBy = message.requestedBy;
+    }
     return obj;
   },
 
@@ -5190,6 +5215,7 @@ export const ContextSummarized: MessageFns<ContextSummarized> = {
     message.model = object.model ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
     message.costUsd = object.costUsd ?? 0;
+    message.requestedBy = object.requestedBy ?? "";
     return message;
   },
 };
