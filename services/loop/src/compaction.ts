@@ -216,7 +216,7 @@ export class Compactor {
     const done = await host.callModel({ ...base, messages: [...base.messages, ChatMessage.fromPartial({ role: Role.ROLE_USER, content: instruction })] });
     const summary = done.content.trim();
     if (!summary) {
-      throw new TackError("loop.summary_empty", `the model wrote an empty summary of seq ${fromSeq}-${toSeq} (finish reason ${done.finishReason || "none"}); send the message again, or start a new session`);
+      throw new TackError("loop.summary_empty", `the model wrote an empty summary of seq ${fromSeq}-${toSeq} (finish reason ${done.finishReason || "none"}), so nothing was replaced; send the message (or /compact) again to retry, or start a new session if it repeats`);
     }
     const [event] = await host.append(draft("userMessage", { text: `${SUMMARY_HEADING}${summary}` }, SOURCE, {
       kind: Surface_Kind.KIND_REPLACE, replaceFromSeq: fromSeq, replaceToSeq: toSeq, sourceSeqs: [], origin: "compaction:summary",

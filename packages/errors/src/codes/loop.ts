@@ -31,7 +31,7 @@ export const LOOP_CODES = {
   "loop.session_exists": spec(409, "ALREADY_EXISTS", false, "A session with this id already exists; choose another id or leave it empty."),
   "loop.spend_not_recorded": spec(502, "ABORTED", true, "The tenant's spend could not be recorded because other loop replicas kept writing first; retry the call."),
   "loop.step_failed": spec(502, "INTERNAL", false, "A step failed in a way Tack did not expect (the message says how); the turn ends, so send the message again and report it if it repeats."),
-  "loop.summary_empty": spec(502, "INTERNAL", false, "Compaction asked the model for a summary and got an empty one; send the message again, or start a new session."),
+  "loop.summary_empty": spec(502, "INTERNAL", false, "Compaction asked the model for a summary and got an empty one, so nothing was replaced; send the message (or /compact) again to retry, or start a new session if it repeats."),
   "loop.tools_unavailable": spec(503, "UNAVAILABLE", true, "No tools service answers, so the mode could not be checked; start Tack with `tack up` and retry."),
   "loop.unknown_mode": spec(400, "INVALID_ARGUMENT", false, "The tools service has no such mode; use one it lists (standard, code, minimal, creator)."),
   "loop.unknown_session": spec(404, "NOT_FOUND", false, "The session does not exist (or has no log yet); create it first."),
