@@ -63,7 +63,8 @@ for host in sys.argv[2:]:
             s.settimeout(3)
             out[host] = "connected " + s.recv(100).decode().strip()
     except OSError as e:
-        out[host] = "refused " + (e.strerror or type(e).__name__)
+        # A timeout (the kernel rate-limits the ICMP answers of a REJECT rule) has no strerror: its text is "timed out".
+        out[host] = "refused " + (e.strerror or str(e) or type(e).__name__)
     try:
         socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"probe", (host, port))
     except OSError:
