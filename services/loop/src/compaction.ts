@@ -175,7 +175,7 @@ export class Compactor {
    * names them in `context/summarized`). Undefined when there is nothing to summarize: no model
    * reply since the session started or since the last summary.
    */
-  compact(host: CompactionHost, instructions = "", requestedBy = "api"): Promise<Summarized | undefined> {
+  compact(host: CompactionHost, instructions: string, requestedBy: string): Promise<Summarized | undefined> {
     return this.#summarizeAll(host, compactInstruction(instructions), requestedBy);
   }
 

@@ -395,7 +395,7 @@ export class SessionRuntime {
       const turn = this.#turnCount();
       const summarized = await this.#compactor.compact({
         projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
-        callModel: (request) => this.#summaryCall(turn, 0, request),
+        callModel: (request) => this.#chargedCall(turn, 0, request, false),
       }, instructions, by);
       if (!summarized) return none("nothing to compact: the model has not replied since the last summary (or the session has too little conversation to summarize)");
       const tokensAfter = this.#compactor.estimate(this.projection.request());
@@ -591,19 +591,14 @@ export class SessionRuntime {
     await this.#writer.flush();
     if (!NO_COMPACTION.has(sessionModeOf(this.events))) await this.#compactor.beforeRequest({
       projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
-      callModel: (request) => this.#summaryCall(turn, step, request),
+      callModel: (request) => this.#chargedCall(turn, step, request, false),
     });
     // After compaction, so rules a summary took out of the model's view are logged again before this request.
     await this.#rules.check(this.#rulesHost(), turn);
     await this.#extensions.record(this.#extensionsHost(), extensions);
     const request = this.#verifiedRequest();
-    await this.#deps.budgets.check({
-      tenant: this.tenant, model: request.model, sessionBudget: this.meta!.budgetUsd, sessionSpent: sessionSpend(this.events),
-      inputTokens: this.#compactor.estimate(request), maxTokens: request.maxTokens,
-    });
-    const done = await this.#callModel(turn, step, request);
+    const done = await this.#chargedCall(turn, step, request, true);
     this.#compactor.observe(request, done.usage);
-    await this.#deps.budgets.record(this.tenant, done.costUsd);
     const [assistantEvent] = await this.append(
       draft("assistantMessage", {
         turn, step, content: done.content, reasoningContent: done.reasoningContent, toolCalls: done.toolCalls, finishReason: done.finishReason,
@@ -621,15 +616,20 @@ export class SessionRuntime {
   }
 
   /**
-   * A summary's model call (automatic or asked for): checked against the session's and the
-   * tenant's budgets like a step's call, and its cost added to the tenant's spending.
+   * Every model call, a step's or a summary's (automatic or asked for): checked against the
+   * session's and the tenant's budgets first, streamed (see `callModel`; its deltas logged as
+   * `assistant/chunks` when `logChunks`), and its cost added to the tenant's spending.
    */
-  async #summaryCall(turn: number, step: number, request: ModelRequest): Promise<CompleteDone> {
+  async #chargedCall(turn: number, step: number, request: ModelRequest, logChunks: boolean): Promise<CompleteDone> {
     await this.#deps.budgets.check({
       tenant: this.tenant, model: request.model, sessionBudget: this.meta!.budgetUsd, sessionSpent: sessionSpend(this.events),
       inputTokens: this.#compactor.estimate(request), maxTokens: request.maxTokens,
     });
-    const done = await this.#callModel(turn, step, request, false);
+    const { bus, settings } = this.#deps;
+    const done = await callModel({
+      bus, sessionId: this.sessionId, append: (...drafts) => this.append(...drafts), chunkPack: settings.chunkPack,
+      llmIdleTimeoutMs: settings.llmIdleTimeoutMs, silenceMs: settings.silenceMs, retry: settings.retry,
+    }, turn, step, request, logChunks);
     await this.#deps.budgets.record(this.tenant, done.costUsd);
     return done;
   }
@@ -708,15 +708,6 @@ export class SessionRuntime {
       );
     }
     return cached;
-  }
-
-  /** Streams one model call (see `callModel`); its deltas are logged as `assistant/chunks` when `logChunks`. */
-  #callModel(turn: number, step: number, request: ModelRequest, logChunks = true): Promise<CompleteDone> {
-    const { bus, settings } = this.#deps;
-    return callModel({
-      bus, sessionId: this.sessionId, append: (...drafts) => this.append(...drafts), chunkPack: settings.chunkPack,
-      llmIdleTimeoutMs: settings.llmIdleTimeoutMs, silenceMs: settings.silenceMs, retry: settings.retry,
-    }, turn, step, request, logChunks);
   }
 
   async #runTools(turn: number, step: number, calls: ToolCall[], assistantSeq: number): Promise<void> {
