@@ -137,6 +137,15 @@ describe("background jobs", () => {
     });
   });
 
+  it("jobs - the pid a start reports already leads the job's process group, so the group can be signalled at once", async () => {
+    // The start used to record the pid before the job's setsid had run: a kill of the group right after it found none (ESRCH).
+    // Nine starts, under the sandbox's limit of ten running jobs (afterEach ends them).
+    for (let i = 0; i < 9; i++) {
+      const pid = await jobPid(await start("sleep 300"));
+      expect(() => process.kill(-pid, 0), `start ${i}`).not.toThrow();
+    }
+  });
+
   it("jobs - a job whose process was killed outside job_kill shows as ended without an exit code", async () => {
     const id = await start("sleep 300");
     const pid = await jobPid(id);

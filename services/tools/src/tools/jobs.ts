@@ -50,8 +50,11 @@ j="$J/$1"; mkdir "$j" || exit
 printf '%s' "$3" > "$j/cmd"; printf '%s' "$EPOCHREALTIME" > "$j/start"
 setsid bash -c 'trap : TERM; bash -c "$1" > "$2/out" 2>&1 < /dev/null; code=$?
 printf "%s" "$EPOCHREALTIME" > "$2/end"; printf "%s" "$code" > "$2/exit.new"; mv "$2/exit.new" "$2/exit"' tack-job "$3" "$j" < /dev/null > /dev/null 2>&1 9>&- &
-printf '%s' "$!" > "$j/pid"
-printf '%s %s\\n' "$1" "$!"`;
+p=$!
+# Recorded once setsid has made the job its process group's leader (or it already ended), so that a kill of the group right after finds it.
+for ((i = 0; i < 500; i++)); do kill -0 -- "-$p" 2>/dev/null || ! kill -0 "$p" 2>/dev/null && break; sleep 0.002; done
+printf '%s' "$p" > "$j/pid"
+printf '%s %s\\n' "$1" "$p"`;
 
 // Per job: id, state, start, end (empty while running), then the command and a NUL. First line: the container's clock.
 const LIST = `${PRELUDE}printf '%s\\n' "$EPOCHREALTIME"
