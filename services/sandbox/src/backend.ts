@@ -173,6 +173,8 @@ export interface SandboxBackend {
   attach(id: string, label: string): Promise<AgentStreams>;
   /** Starts it; one that already runs is fine. */
   start(id: string, label: string): Promise<void>;
+  /** Kills its main process and returns once it stopped; one that is stopped or gone already is fine. */
+  stop(id: string, label: string): Promise<void>;
   /** Its state, or undefined when it does not exist. */
   state(id: string, label: string): Promise<SandboxState | undefined>;
   /** Gives it `name`, removing a sandbox that holds the name. */

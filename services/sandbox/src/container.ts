@@ -4,6 +4,8 @@ import type { SandboxBackend, SandboxSpec } from "./backend.js";
 
 // Python starts in well under a second even under gVisor; this only bounds a wedged start on a loaded host.
 const HANDSHAKE_TIMEOUT_MS = 30_000;
+// A running agent answers a greeting in milliseconds; one silent this long is wedged or dying with its sandbox.
+const REGREET_TIMEOUT_MS = 15_000;
 
 /** A running sandbox with its agent's channel open. */
 export interface Started {
@@ -35,22 +37,32 @@ export async function startNew(backend: SandboxBackend, spec: SandboxSpec, label
 
 /**
  * Opens the agent channel of an existing sandbox, starting it first when it is stopped (its
- * agent died, or the host restarted). Returns undefined when the sandbox no longer exists.
+ * agent died, or the host restarted). A running sandbox whose agent does not answer within
+ * `REGREET_TIMEOUT_MS` (wedged, or still counted as running while it dies) is killed and started
+ * afresh, so no ensure waits on it again. Returns undefined when the sandbox no longer exists.
  */
 export async function reopen(backend: SandboxBackend, id: string, label: string): Promise<AgentChannel | undefined> {
-  // Twice: a sandbox whose agent just died may still count as running for a moment.
-  for (let attempt = 0; ; attempt++) {
-    const state = await backend.state(id, label);
-    if (!state) return undefined;
+  const state = await backend.state(id, label);
+  if (!state) return undefined;
+  if (state.running) {
     const channel = await AgentChannel.attach(backend, id, label);
     try {
-      if (!state.running) await backend.start(id, `${label} (restarting it)`);
-      await channel.handshake(HANDSHAKE_TIMEOUT_MS);
+      await channel.handshake(REGREET_TIMEOUT_MS);
       return channel;
     } catch (error) {
       channel.close();
-      if (attempt > 0 || !(error instanceof TackError) || error.code !== "sandbox.agent_failed") throw error;
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      if (!(error instanceof TackError) || error.code !== "sandbox.agent_failed") throw error;
     }
+    await backend.stop(id, `${label} (its agent did not answer)`);
+    if (!(await backend.state(id, label))) return undefined;
+  }
+  const channel = await AgentChannel.attach(backend, id, label);
+  try {
+    await backend.start(id, `${label} (restarting it)`);
+    await channel.handshake(HANDSHAKE_TIMEOUT_MS);
+    return channel;
+  } catch (error) {
+    channel.close();
+    throw error;
   }
 }

@@ -226,6 +226,21 @@ function conformance({ name, runtime, make }: BackendUnderTest): void {
       await backend.remove(started.id);
     });
 
+    it(`${name} - stop: kills the sandbox, ends its channel and returns once it stopped; stopping it again, or one that is gone, is fine`, async () => {
+      const started = await start("stop");
+      const reason = new Promise<string>((resolve) => started.channel.onDead(resolve));
+      await backend.stop(started.id, label("stop"));
+      expect(await backend.state(started.id, label("stop"))).toEqual(expect.objectContaining({ running: false }));
+      expect(await reason).toMatch(/\S/);
+      await backend.stop(started.id, label("stop"));
+      // It keeps its filesystem and starts again, as a reopen does.
+      const again = await reopen(backend, started.id, label("stop"));
+      channels.push(again!);
+      expect((await run(again!, "echo back")).stdout).toBe("back\n");
+      await backend.remove(started.id);
+      await backend.stop(started.id, label("stop"));
+    });
+
     it(`${name} - create: a name already held is taken over (the holder is removed); rename does the same`, async () => {
       const first = await backend.create(spec("held"), label("held"));
       const second = await backend.create(spec("held"), label("held"));

@@ -11,6 +11,10 @@ const SECRET = `tack-secret-${randomBytes(4).toString("hex")}`;
 const exists = (path: string) => access(path).then(() => true, () => false);
 const py = (code: string) => ["python3", "-c", code];
 
+// Under gVisor a bomb ends the whole sandbox: on a loaded CI host the bomb itself took 25 s, and the
+// restart after it may take up to the helper's one-minute ensure.
+const BOMB_TIMEOUT_MS = 150_000;
+
 describe.each(["runc", "runsc"] as const)("sandbox escape suite under %s", (runtime) => {
   const gvisor = runtime === "runsc";
   let h: Harness;
@@ -334,7 +338,7 @@ python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
       await h.ensure({ sessionId: "victim", workspace: victimWorkspace });
     }
     expect((await h.exec("victim", ["echo", "alive"])).stdout).toBe("alive\n");
-  });
+  }, BOMB_TIMEOUT_MS);
 
   it("abuse - a memory bomb ends with a clear out-of-memory result", async () => {
     const bomb = h.exec("victim", py("chunks = []\nwhile True: chunks.append(bytearray(64 * 1024 * 1024))"), { timeoutMs: 60_000 });
@@ -351,7 +355,7 @@ python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
       await h.ensure({ sessionId: "victim", workspace: victimWorkspace });
     }
     expect((await h.exec("victim", ["echo", "alive"])).stdout).toBe("alive\n");
-  });
+  }, BOMB_TIMEOUT_MS);
 
   it("abuse - filling the scratch tmpfs stops at its size with an error", async () => {
     // HOME is the smaller tmpfs (64 MiB), so filling it is quick even under gVisor; /tmp has the same kind of limit.

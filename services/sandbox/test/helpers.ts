@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { Kvm } from "@nats-io/kv";
-import { assertToken, Bus } from "@tack/bus";
+import { assertToken, Bus, DEFAULT_SILENCE_MS } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
 import { removeNamespace } from "@tack/testkit";
 import {
@@ -77,7 +77,8 @@ export class Harness {
   async ensure(request: Partial<EnsureSandboxRequest> & { sessionId: string; workspace: string }, options: { log?: boolean } = {}): Promise<EnsureSandboxResponse> {
     const full = { tenant: "acme", mode: "workspace-write", ...request };
     if (options.log !== false) await this.logSession(full.sessionId, full.tenant, full.workspace);
-    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, full, EnsureSandboxResponse);
+    // As long as the tools service waits (a cold start on a loaded host), while the service's heartbeats say it works on it.
+    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, full, EnsureSandboxResponse, { timeoutMs: 60_000, silenceMs: DEFAULT_SILENCE_MS });
   }
 
   readonly #logged = new Map<string, Promise<void>>();

@@ -135,6 +135,22 @@ describe("sandbox lifecycle", () => {
     expect((await h.exec("s-restart", ["echo", "still here"])).stdout).toBe("still here\n");
     expect(await h.ensure({ sessionId: "s-restart", workspace })).toMatchObject({ containerId, created: false });
   });
+
+  it("service - a container left behind whose agent no longer answers is killed and started afresh by the next ensure, not waited on", async () => {
+    const workspace = await h.workspace();
+    const { containerId } = await h.ensure({ sessionId: "s-wedged", workspace });
+    await h.exec("s-wedged", ["sh", "-c", "echo kept > /workspace/mark"]);
+    await h.service.stop();
+    // Stopped by a signal: docker still counts the container as running, but its agent answers nothing.
+    const wedged = (await docker.getContainer(containerId).inspect()).State.Pid;
+    process.kill(wedged, "SIGSTOP");
+    h.service = await startSandboxService({ natsUrl: NATS_URL, namespace: h.namespace });
+    expect(await h.ensure({ sessionId: "s-wedged", workspace })).toMatchObject({ containerId, created: false });
+    const { State } = await docker.getContainer(containerId).inspect();
+    expect(State.Running).toBe(true);
+    expect(State.Pid).not.toBe(wedged);
+    expect((await h.exec("s-wedged", ["cat", "/workspace/mark"])).stdout).toBe("kept\n");
+  });
 });
 
 describe("sandbox lifecycle with other settings", () => {

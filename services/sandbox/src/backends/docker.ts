@@ -200,6 +200,17 @@ export class DockerBackend implements SandboxBackend {
     }
   }
 
+  async stop(id: string, label: string): Promise<void> {
+    try {
+      // t=0: SIGKILL at once (also for a paused container); the call returns once it stopped.
+      await this.#docker.getContainer(id).stop({ t: 0 });
+    } catch (error) {
+      // 304: stopped already; 404: gone already. Either is what was asked.
+      const status = statusOf(error);
+      if (status !== 304 && status !== 404) throw dockerFailure(error, `stop the sandbox container of ${label}`);
+    }
+  }
+
   async state(id: string, label: string): Promise<SandboxState | undefined> {
     try {
       const { State } = await this.#docker.getContainer(id).inspect();
