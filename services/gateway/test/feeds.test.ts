@@ -3,10 +3,11 @@
 // per session however many follow it.
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import type { JetStreamManager } from "@nats-io/jetstream";
 import { Bus } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter, UnknownEventTypeError } from "@tack/log";
 import { Event } from "@tack/proto";
+import { removeNamespace } from "@tack/testkit";
 import { SessionFeeds } from "../src/feeds.js";
 import type { SessionRow } from "../src/store.js";
 
@@ -19,7 +20,7 @@ beforeAll(async () => {
   jsm = await ensureLogStream(bus.nc, bus.names);
 });
 afterAll(async () => {
-  await (await jetstreamManager(bus.nc)).streams.delete(bus.names.logStream).catch(() => undefined);
+  await removeNamespace(bus.nc, bus.names.namespace).catch(() => undefined);
   await bus.close();
 });
 

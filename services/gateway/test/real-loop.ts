@@ -7,10 +7,10 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Bus, type RequestContext } from "@tack/bus";
-import { jetstreamManager } from "@nats-io/jetstream";
 import { compileOperatorConfig } from "@tack/config";
 import { startGateway, type Gateway } from "@tack/gateway-service";
 import { ensureLogStream, readAll } from "@tack/log";
+import { removeNamespace } from "@tack/testkit";
 import {
   CallToolRequest, CallToolResponse, ListProcessesRequest, ReadHooksConfigRequest, ReadHooksConfigResponse, SkillCatalogRequest, SkillCatalogResponse, ListProcessesResponse, ListToolsRequest, ListToolsResponse, ReadRulesRequest, ReadRulesResponse,
   SubmitMessageRequest, SubmitMessageResponse,
@@ -196,12 +196,12 @@ export class GatewayStack {
     return new GatewayStack(bus, loop, gateway, namespace, dir, workspace);
   }
 
-  /** Stops the gateway and the loop, deletes the log stream and the folder. */
+  /** Stops the gateway and the loop, deletes the namespace's streams and buckets and the folder. */
   async stop(): Promise<void> {
     await this.gateway.stop();
     await this.loop.stop();
-    const jsm = await jetstreamManager(this.bus.nc);
-    await jsm.streams.delete(this.bus.names.logStream).catch(() => undefined);
+    // Every stream and bucket of the namespace: the log, and the loop's leases, spending and spill buckets.
+    await removeNamespace(this.bus.nc, this.namespace).catch(() => undefined);
     await this.bus.close();
     rmSync(this.dir, { recursive: true, force: true });
   }

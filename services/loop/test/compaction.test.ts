@@ -3,8 +3,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
 import { Bus, serveStream } from "@tack/bus";
 import { deriveRequest, Projection, pruneText, readAll, SpillBucket } from "@tack/log";
 import {
@@ -17,7 +15,7 @@ import { listTools, startToolsService, type ToolsService } from "@tack/tools-ser
 import type { Logger } from "@tack/telemetry";
 import { Budgets } from "../src/budget.js";
 import { compactInstruction, Compactor, type CompactionSettings } from "../src/compaction.js";
-import { waitFor } from "@tack/testkit";
+import { removeNamespace, waitFor } from "@tack/testkit";
 
 // Compaction through the real loop, the real tools service and real NATS (log stream and spill
 // object store). Scripted on the bus: the model, and the sandbox, whose `emit <bytes> <label>`
@@ -84,11 +82,7 @@ afterEach(async () => {
 
 afterAll(async () => {
   await tools.stop();
-  const jsm = await jetstreamManager(bus.nc);
-  await jsm.streams.delete(bus.names.logStream).catch(() => undefined);
-  await new Kvm(bus.nc).open(bus.names.leaseBucket).then((kv) => kv.destroy()).catch(() => undefined);
-  await new Kvm(bus.nc).open(bus.names.spendBucket).then((kv) => kv.destroy()).catch(() => undefined);
-  await (await SpillBucket.open(bus.nc, bus.names))?.destroy();
+  await removeNamespace(bus.nc, namespace).catch(() => undefined);
   await bus.close();
 });
 
