@@ -2,7 +2,7 @@
 // TackClient for it, its events as proto Events for the transcript, and its failures as TackErrors.
 import { TackError } from "@tack/bus";
 import { TackApiError, TackClient, type EventJson, type EventStreamOptions } from "@tack/client";
-import { Event } from "@tack/proto";
+import { Event } from "@tack/proto/events";
 import { findUpState, readApiKey } from "./state.js";
 
 /** A gateway to talk to and the key to talk to it with. */

@@ -4,7 +4,6 @@ import { existsSync } from "node:fs";
 import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { TackError } from "@tack/bus";
-import { z } from "zod";
 import { repoRoot } from "./paths.js";
 
 /** What `tack up` writes to `.tack/up.json` while it runs. */
@@ -41,29 +40,6 @@ export interface UpReplica {
   readonly lastExit: string | null;
   readonly logFile: string;
 }
-
-const UpReplicaSchema = z.object({
-  service: z.string(),
-  replica: z.number().int().positive(),
-  state: z.string(),
-  pid: z.number().int().positive().nullable(),
-  startedAt: z.string().nullable(),
-  restarts: z.number().int().nonnegative(),
-  lastExit: z.string().nullable(),
-  logFile: z.string(),
-});
-
-const UpStateSchema = z.object({
-  gatewayUrl: z.string().url(),
-  apiKeyFile: z.string().nullable(),
-  pid: z.number().int().positive(),
-  namespace: z.string(),
-  natsUrl: z.string(),
-  localNats: z.boolean().optional(),
-  startedAt: z.string().optional(),
-  updatedAt: z.string().optional(),
-  replicas: z.array(UpReplicaSchema).optional(),
-});
 
 /** Creates the state directory (owner-only, since it holds the API key) and returns its path. */
 export async function ensureStateDir(dir: string): Promise<string> {
@@ -148,6 +124,8 @@ export async function findUpState(dirs: readonly string[]): Promise<FoundUpState
     if (!existsSync(file)) continue;
     let state: UpState;
     try {
+      // Its schema (and zod) loads only when there is a file to check: `tack run` starts ~100 ms sooner without.
+      const { UpStateSchema } = await import("./up-state-schema.js");
       state = UpStateSchema.parse(JSON.parse(await readFile(file, "utf8")));
     } catch (error) {
       throw new TackError("cli.bad_up_state", `${file} is not a valid up.json (${(error as Error).message.split("\n")[0]}); delete it and start Tack again with \`tack up\``, { cause: error });

@@ -1,6 +1,6 @@
 // How events look in a terminal: a readable transcript for `tack run`, one-line summaries for `tack events`.
 import { styleText } from "node:util";
-import { Delta_Kind, type Event } from "@tack/proto";
+import { Delta_Kind, type Event } from "@tack/proto/events";
 import { terminalSafe, terminalSafeDeep, terminalSafeJson } from "./sanitize.js";
 
 /** Lines of a tool result shown before the rest is cut. */

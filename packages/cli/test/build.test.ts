@@ -1,7 +1,10 @@
 import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
+import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Bus, TackError } from "@tack/bus";
@@ -67,6 +70,38 @@ describe("build", () => {
     const { stdout } = await run(process.execPath, [join(outdir, "cli", "main.js"), "--help"], { cwd: repoRoot });
     expect(stdout).toContain("Usage: tack <command>");
     expect(stdout).toContain("run");
+  });
+
+  it("build - the bundled `tack run` reaches the gateway without loading zod or @grpc/grpc-js (each ~100 ms of start-up)", async () => {
+    // Every module the CLI resolves, as a loader hook sees it (on stderr).
+    const hook = join(outdir, "resolve-hook.mjs");
+    writeFileSync(hook, 'export async function resolve(specifier, context, next) { const r = await next(specifier, context); process.stderr.write(`resolved ${r.url}\\n`); return r; }\n');
+    const register = join(outdir, "register-hook.mjs");
+    writeFileSync(register, `import { register } from "node:module";\nregister(${JSON.stringify(pathToFileURL(hook).href)});\n`);
+    const gateway = createServer();
+    const reached = new Promise<void>((resolve) => gateway.once("connection", (socket) => {
+      socket.destroy();
+      resolve();
+    }));
+    await new Promise<void>((resolve) => gateway.listen(0, "127.0.0.1", resolve));
+    const { port } = gateway.address() as AddressInfo;
+    // Run outside the checkout: a running `tack up`'s up.json above the working directory is read (with zod) on purpose.
+    const cwd = mkdtempSync(join(tmpdir(), "tack-run-imports-"));
+    const child = spawn(process.execPath, ["--import", register, join(outdir, "cli", "main.js"), "run", "--model", "openai:x", "--workspace", cwd, "hello"], {
+      cwd, env: { ...process.env, TACK_GATEWAY_URL: `http://127.0.0.1:${port}`, TACK_API_KEY: "k".repeat(40) }, stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    try {
+      await reached;
+    } finally {
+      child.kill();
+      gateway.close();
+      rmSync(cwd, { recursive: true, force: true });
+    }
+    const resolved = stderr.split("\n").filter((line) => line.startsWith("resolved ")).map((line) => line.slice("resolved ".length));
+    expect(resolved.some((url) => url.includes("/cli/run-"))).toBe(true);
+    expect(resolved.filter((url) => /\/node_modules\/(zod|@grpc\/grpc-js)\//.test(url))).toEqual([]);
   });
 
   it("build - the bundled tools service starts and lists its tools, with the descriptions it reads next to its sources", async () => {

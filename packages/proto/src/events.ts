@@ -1,0 +1,3 @@
+// The log's event messages alone, for code that only reads events (the CLI's `tack run`): the
+// package's index also loads the gRPC service definitions, and with them @grpc/grpc-js (~80 ms).
+export { Delta_Kind, Event, Surface_Kind } from "./gen/tack/log/v1/events.js";
