@@ -22,15 +22,23 @@ export interface Started {
  */
 export async function startNew(backend: SandboxBackend, spec: SandboxSpec, label: string): Promise<Started> {
   const id = await backend.create(spec, label);
-  let channel: AgentChannel | undefined;
   try {
-    channel = await AgentChannel.attach(backend, id, label);
-    await backend.start(id, `${label} (runtime ${spec.runtime})`);
-    await channel.handshake(HANDSHAKE_TIMEOUT_MS);
-    return { id, channel };
+    return { id, channel: await startAndGreet(backend, id, label, `${label} (runtime ${spec.runtime})`) };
   } catch (error) {
-    channel?.close();
     await backend.remove(id).catch(() => undefined);
+    throw error;
+  }
+}
+
+// Starts a stopped (or new) sandbox with its agent's channel attached before the start and greeted after it.
+async function startAndGreet(backend: SandboxBackend, id: string, label: string, starting: string): Promise<AgentChannel> {
+  const channel = await AgentChannel.attach(backend, id, label);
+  try {
+    await backend.start(id, starting);
+    await channel.handshake(HANDSHAKE_TIMEOUT_MS);
+    return channel;
+  } catch (error) {
+    channel.close();
     throw error;
   }
 }
@@ -56,13 +64,5 @@ export async function reopen(backend: SandboxBackend, id: string, label: string)
     await backend.stop(id, `${label} (its agent did not answer)`);
     if (!(await backend.state(id, label))) return undefined;
   }
-  const channel = await AgentChannel.attach(backend, id, label);
-  try {
-    await backend.start(id, `${label} (restarting it)`);
-    await channel.handshake(HANDSHAKE_TIMEOUT_MS);
-    return channel;
-  } catch (error) {
-    channel.close();
-    throw error;
-  }
+  return startAndGreet(backend, id, label, `${label} (restarting it)`);
 }

@@ -202,7 +202,7 @@ export class DockerBackend implements SandboxBackend {
 
   async stop(id: string, label: string): Promise<void> {
     try {
-      // t=0: SIGKILL at once (also for a paused container); the call returns once it stopped.
+      // t=0: SIGKILL at once; the call returns once it stopped.
       await this.#docker.getContainer(id).stop({ t: 0 });
     } catch (error) {
       // 304: stopped already; 404: gone already. Either is what was asked.
