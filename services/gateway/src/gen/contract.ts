@@ -2407,7 +2407,7 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         },
         "action": {
           "type": "string",
-          "description": "e.g. `session.delete`."
+          "description": "`session.delete`, `approval.decide`, `question.answer` or `plan.decide`."
         },
         "session_id": {
           "type": [
@@ -2418,6 +2418,13 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         "details": {
           "type": "string",
           "description": "What the action removed or changed, as a JSON object (REST: the object itself)."
+        },
+        "key_name": {
+          "type": [
+            "string",
+            "null"
+          ],
+          "description": "The name of the caller's key (the person it was issued to) when the record was made; absent for `retention`."
         }
       },
       "description": "AuditRecord is who did what to which session, when."

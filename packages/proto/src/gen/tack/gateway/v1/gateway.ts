@@ -683,13 +683,15 @@ export interface AuditRecord {
   keyId?:
     | string
     | undefined;
-  /** e.g. `session.delete`. */
+  /** `session.delete`, `approval.decide`, `question.answer` or `plan.decide`. */
   action: string;
   sessionId?:
     | string
     | undefined;
   /** What the action removed or changed, as a JSON object (REST: the object itself). */
   details: string;
+  /** The name of the caller's key (the person it was issued to) when the record was made; absent for `retention`. */
+  keyName?: string | undefined;
 }
 
 export interface WebSearchHealthRequest {
@@ -6534,7 +6536,16 @@ export const ListAuditResponse: MessageFns<ListAuditResponse> = {
 };
 
 function createBaseAuditRecord(): AuditRecord {
-  return { id: "", at: "", actor: "", keyId: undefined, action: "", sessionId: undefined, details: "" };
+  return {
+    id: "",
+    at: "",
+    actor: "",
+    keyId: undefined,
+    action: "",
+    sessionId: undefined,
+    details: "",
+    keyName: undefined,
+  };
 }
 
 export const AuditRecord: MessageFns<AuditRecord> = {
@@ -6559,6 +6570,9 @@ export const AuditRecord: MessageFns<AuditRecord> = {
     }
     if (message.details !== "") {
       writer.uint32(58).string(message.details);
+    }
+    if (message.keyName !== undefined) {
+      writer.uint32(66).string(message.keyName);
     }
     return writer;
   },
@@ -6632,6 +6646,14 @@ export const AuditRecord: MessageFns<AuditRecord> = {
             message.details = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.keyName = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6661,6 +6683,11 @@ export const AuditRecord: MessageFns<AuditRecord> = {
         ? globalThis.String(object.session_id)
         : undefined,
       details: isSet(object.details) ? globalThis.String(object.details) : "",
+      keyName: isSet(object.keyName)
+        ? globalThis.String(object.keyName)
+        : isSet(object.key_name)
+        ? globalThis.String(object.key_name)
+        : undefined,
     };
   },
 
@@ -6687,6 +6714,9 @@ export const AuditRecord: MessageFns<AuditRecord> = {
     if (message.details !== "") {
       obj.details = message.details;
     }
+    if (message.keyName !== undefined) {
+      obj.keyName = message.keyName;
+    }
     return obj;
   },
 
@@ -6702,6 +6732,7 @@ export const AuditRecord: MessageFns<AuditRecord> = {
     message.action = object.action ?? "";
     message.sessionId = object.sessionId ?? undefined;
     message.details = object.details ?? "";
+    message.keyName = object.keyName ?? undefined;
     return message;
   },
 };

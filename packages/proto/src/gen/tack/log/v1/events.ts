@@ -399,6 +399,15 @@ export interface ApprovalDecided {
   decision: string;
   /** Who decided: an API key's tenant/user, `policy:never`, or `timeout`. */
   decidedBy: string;
+  /**
+   * The name of the API key that decided (the person it was issued to), as the gateway
+   * authenticated it; absent when no person decided (`policy:never`, `timeout`).
+   */
+  decidedByKey?:
+    | string
+    | undefined;
+  /** That key's id (the first 12 hex digits of its hash, as the admin API and the audit list show it). */
+  decidedByKeyId?: string | undefined;
 }
 
 /** `llm/retry` [log-only] — a model call failed in a way worth retrying and will be tried again. */
@@ -508,6 +517,15 @@ export interface QuestionAnswered {
   answers: QuestionAnswer[];
   /** Who answered: an API key's tenant/user, or `timeout`. */
   answeredBy: string;
+  /**
+   * The name of the API key that answered (the person it was issued to), as the gateway
+   * authenticated it; absent when no person answered (`timeout`, a cancellation).
+   */
+  answeredByKey?:
+    | string
+    | undefined;
+  /** That key's id (the first 12 hex digits of its hash, as the admin API and the audit list show it). */
+  answeredByKeyId?: string | undefined;
 }
 
 /** `plan/mode` [log-only] — plan mode turned on or off; while on, tools that can write are refused. */
@@ -534,6 +552,15 @@ export interface PlanDecided {
   feedback: string;
   /** Who decided: an API key's tenant/user, or `timeout`. */
   decidedBy: string;
+  /**
+   * The name of the API key that decided (the person it was issued to), as the gateway
+   * authenticated it; absent when no person decided (`timeout`, a cancellation).
+   */
+  decidedByKey?:
+    | string
+    | undefined;
+  /** That key's id (the first 12 hex digits of its hash, as the admin API and the audit list show it). */
+  decidedByKeyId?: string | undefined;
 }
 
 /** `tool/inner` [log-only] — one tool call a tool made as part of its own call (a run_code program's tools.<name>() call), logged before the outer result. */
@@ -4432,7 +4459,7 @@ export const ApprovalAsked: MessageFns<ApprovalAsked> = {
 };
 
 function createBaseApprovalDecided(): ApprovalDecided {
-  return { callId: "", decision: "", decidedBy: "" };
+  return { callId: "", decision: "", decidedBy: "", decidedByKey: undefined, decidedByKeyId: undefined };
 }
 
 export const ApprovalDecided: MessageFns<ApprovalDecided> = {
@@ -4445,6 +4472,12 @@ export const ApprovalDecided: MessageFns<ApprovalDecided> = {
     }
     if (message.decidedBy !== "") {
       writer.uint32(26).string(message.decidedBy);
+    }
+    if (message.decidedByKey !== undefined) {
+      writer.uint32(34).string(message.decidedByKey);
+    }
+    if (message.decidedByKeyId !== undefined) {
+      writer.uint32(42).string(message.decidedByKeyId);
     }
     return writer;
   },
@@ -4486,6 +4519,22 @@ export const ApprovalDecided: MessageFns<ApprovalDecided> = {
             message.decidedBy = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.decidedByKey = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.decidedByKeyId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4511,6 +4560,16 @@ export const ApprovalDecided: MessageFns<ApprovalDecided> = {
         : isSet(object.decided_by)
         ? globalThis.String(object.decided_by)
         : "",
+      decidedByKey: isSet(object.decidedByKey)
+        ? globalThis.String(object.decidedByKey)
+        : isSet(object.decided_by_key)
+        ? globalThis.String(object.decided_by_key)
+        : undefined,
+      decidedByKeyId: isSet(object.decidedByKeyId)
+        ? globalThis.String(object.decidedByKeyId)
+        : isSet(object.decided_by_key_id)
+        ? globalThis.String(object.decided_by_key_id)
+        : undefined,
     };
   },
 
@@ -4525,6 +4584,12 @@ export const ApprovalDecided: MessageFns<ApprovalDecided> = {
     if (message.decidedBy !== "") {
       obj.decidedBy = message.decidedBy;
     }
+    if (message.decidedByKey !== undefined) {
+      obj.decidedByKey = message.decidedByKey;
+    }
+    if (message.decidedByKeyId !== undefined) {
+      obj.decidedByKeyId = message.decidedByKeyId;
+    }
     return obj;
   },
 
@@ -4536,6 +4601,8 @@ export const ApprovalDecided: MessageFns<ApprovalDecided> = {
     message.callId = object.callId ?? "";
     message.decision = object.decision ?? "";
     message.decidedBy = object.decidedBy ?? "";
+    message.decidedByKey = object.decidedByKey ?? undefined;
+    message.decidedByKeyId = object.decidedByKeyId ?? undefined;
     return message;
   },
 };
@@ -5859,7 +5926,7 @@ export const QuestionAnswer: MessageFns<QuestionAnswer> = {
 };
 
 function createBaseQuestionAnswered(): QuestionAnswered {
-  return { callId: "", outcome: "", answers: [], answeredBy: "" };
+  return { callId: "", outcome: "", answers: [], answeredBy: "", answeredByKey: undefined, answeredByKeyId: undefined };
 }
 
 export const QuestionAnswered: MessageFns<QuestionAnswered> = {
@@ -5875,6 +5942,12 @@ export const QuestionAnswered: MessageFns<QuestionAnswered> = {
     }
     if (message.answeredBy !== "") {
       writer.uint32(34).string(message.answeredBy);
+    }
+    if (message.answeredByKey !== undefined) {
+      writer.uint32(42).string(message.answeredByKey);
+    }
+    if (message.answeredByKeyId !== undefined) {
+      writer.uint32(50).string(message.answeredByKeyId);
     }
     return writer;
   },
@@ -5924,6 +5997,22 @@ export const QuestionAnswered: MessageFns<QuestionAnswered> = {
             message.answeredBy = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.answeredByKey = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.answeredByKeyId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5952,6 +6041,16 @@ export const QuestionAnswered: MessageFns<QuestionAnswered> = {
         : isSet(object.answered_by)
         ? globalThis.String(object.answered_by)
         : "",
+      answeredByKey: isSet(object.answeredByKey)
+        ? globalThis.String(object.answeredByKey)
+        : isSet(object.answered_by_key)
+        ? globalThis.String(object.answered_by_key)
+        : undefined,
+      answeredByKeyId: isSet(object.answeredByKeyId)
+        ? globalThis.String(object.answeredByKeyId)
+        : isSet(object.answered_by_key_id)
+        ? globalThis.String(object.answered_by_key_id)
+        : undefined,
     };
   },
 
@@ -5969,6 +6068,12 @@ export const QuestionAnswered: MessageFns<QuestionAnswered> = {
     if (message.answeredBy !== "") {
       obj.answeredBy = message.answeredBy;
     }
+    if (message.answeredByKey !== undefined) {
+      obj.answeredByKey = message.answeredByKey;
+    }
+    if (message.answeredByKeyId !== undefined) {
+      obj.answeredByKeyId = message.answeredByKeyId;
+    }
     return obj;
   },
 
@@ -5981,6 +6086,8 @@ export const QuestionAnswered: MessageFns<QuestionAnswered> = {
     message.outcome = object.outcome ?? "";
     message.answers = object.answers?.map((e) => QuestionAnswer.fromPartial(e)) || [];
     message.answeredBy = object.answeredBy ?? "";
+    message.answeredByKey = object.answeredByKey ?? undefined;
+    message.answeredByKeyId = object.answeredByKeyId ?? undefined;
     return message;
   },
 };
@@ -6196,7 +6303,7 @@ export const PlanSubmitted: MessageFns<PlanSubmitted> = {
 };
 
 function createBasePlanDecided(): PlanDecided {
-  return { callId: "", decision: "", feedback: "", decidedBy: "" };
+  return { callId: "", decision: "", feedback: "", decidedBy: "", decidedByKey: undefined, decidedByKeyId: undefined };
 }
 
 export const PlanDecided: MessageFns<PlanDecided> = {
@@ -6212,6 +6319,12 @@ export const PlanDecided: MessageFns<PlanDecided> = {
     }
     if (message.decidedBy !== "") {
       writer.uint32(34).string(message.decidedBy);
+    }
+    if (message.decidedByKey !== undefined) {
+      writer.uint32(42).string(message.decidedByKey);
+    }
+    if (message.decidedByKeyId !== undefined) {
+      writer.uint32(50).string(message.decidedByKeyId);
     }
     return writer;
   },
@@ -6261,6 +6374,22 @@ export const PlanDecided: MessageFns<PlanDecided> = {
             message.decidedBy = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.decidedByKey = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.decidedByKeyId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6287,6 +6416,16 @@ export const PlanDecided: MessageFns<PlanDecided> = {
         : isSet(object.decided_by)
         ? globalThis.String(object.decided_by)
         : "",
+      decidedByKey: isSet(object.decidedByKey)
+        ? globalThis.String(object.decidedByKey)
+        : isSet(object.decided_by_key)
+        ? globalThis.String(object.decided_by_key)
+        : undefined,
+      decidedByKeyId: isSet(object.decidedByKeyId)
+        ? globalThis.String(object.decidedByKeyId)
+        : isSet(object.decided_by_key_id)
+        ? globalThis.String(object.decided_by_key_id)
+        : undefined,
     };
   },
 
@@ -6304,6 +6443,12 @@ export const PlanDecided: MessageFns<PlanDecided> = {
     if (message.decidedBy !== "") {
       obj.decidedBy = message.decidedBy;
     }
+    if (message.decidedByKey !== undefined) {
+      obj.decidedByKey = message.decidedByKey;
+    }
+    if (message.decidedByKeyId !== undefined) {
+      obj.decidedByKeyId = message.decidedByKeyId;
+    }
     return obj;
   },
 
@@ -6316,6 +6461,8 @@ export const PlanDecided: MessageFns<PlanDecided> = {
     message.decision = object.decision ?? "";
     message.feedback = object.feedback ?? "";
     message.decidedBy = object.decidedBy ?? "";
+    message.decidedByKey = object.decidedByKey ?? undefined;
+    message.decidedByKeyId = object.decidedByKeyId ?? undefined;
     return message;
   },
 };

@@ -73,7 +73,15 @@ export interface DecideApprovalRequest {
     | Answers
     | undefined;
   /** Plan: the reviewer's words (the model reads them with a rejection). */
-  feedback?: string | undefined;
+  feedback?:
+    | string
+    | undefined;
+  /**
+   * The name and id of the API key that decided (the person), filled in by the gateway from the
+   * authenticated key, never from the client's request; logged beside `decided_by`.
+   */
+  decidedByKey?: string | undefined;
+  decidedByKeyId?: string | undefined;
 }
 
 /** Answers are a person's answers to the questions of one ask_user_question call. */
@@ -752,6 +760,8 @@ function createBaseDecideApprovalRequest(): DecideApprovalRequest {
     kind: undefined,
     answers: undefined,
     feedback: undefined,
+    decidedByKey: undefined,
+    decidedByKeyId: undefined,
   };
 }
 
@@ -780,6 +790,12 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
     }
     if (message.feedback !== undefined) {
       writer.uint32(66).string(message.feedback);
+    }
+    if (message.decidedByKey !== undefined) {
+      writer.uint32(74).string(message.decidedByKey);
+    }
+    if (message.decidedByKeyId !== undefined) {
+      writer.uint32(82).string(message.decidedByKeyId);
     }
     return writer;
   },
@@ -861,6 +877,22 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
             message.feedback = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.decidedByKey = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.decidedByKeyId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -895,6 +927,16 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
       kind: isSet(object.kind) ? globalThis.String(object.kind) : undefined,
       answers: isSet(object.answers) ? Answers.fromJSON(object.answers) : undefined,
       feedback: isSet(object.feedback) ? globalThis.String(object.feedback) : undefined,
+      decidedByKey: isSet(object.decidedByKey)
+        ? globalThis.String(object.decidedByKey)
+        : isSet(object.decided_by_key)
+        ? globalThis.String(object.decided_by_key)
+        : undefined,
+      decidedByKeyId: isSet(object.decidedByKeyId)
+        ? globalThis.String(object.decidedByKeyId)
+        : isSet(object.decided_by_key_id)
+        ? globalThis.String(object.decided_by_key_id)
+        : undefined,
     };
   },
 
@@ -924,6 +966,12 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
     if (message.feedback !== undefined) {
       obj.feedback = message.feedback;
     }
+    if (message.decidedByKey !== undefined) {
+      obj.decidedByKey = message.decidedByKey;
+    }
+    if (message.decidedByKeyId !== undefined) {
+      obj.decidedByKeyId = message.decidedByKeyId;
+    }
     return obj;
   },
 
@@ -942,6 +990,8 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
       ? Answers.fromPartial(object.answers)
       : undefined;
     message.feedback = object.feedback ?? undefined;
+    message.decidedByKey = object.decidedByKey ?? undefined;
+    message.decidedByKeyId = object.decidedByKeyId ?? undefined;
     return message;
   },
 };
