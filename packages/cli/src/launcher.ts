@@ -12,6 +12,7 @@ import { describeExit, spawnChild, type Child, type ChildExit } from "./child.js
 import { serviceCommand } from "./entry.js";
 import { freePort, startNatsServer, type LocalNats } from "./nats-server.js";
 import { repoRoot } from "./paths.js";
+import { serviceEnvironment } from "./service-env.js";
 import { MAX_REPLICAS, SERVICES, type ServiceName } from "./services.js";
 
 export { MAX_REPLICAS, SERVICES, type ServiceName };
@@ -52,7 +53,7 @@ export interface LaunchOptions {
    * first one's with `-<n>` appended). The gateway listens on one port, so it runs once.
    */
   replicas?: Partial<Record<ServiceName, number>>;
-  /** Extra environment for every service, applied last. */
+  /** Extra environment, applied last; each service still gets only the variables it uses (SERVICE_ENV in services.ts). */
   env?: Record<string, string>;
   /** How long each service may take to answer (default 60 s). */
   readyTimeoutMs?: number;
@@ -176,7 +177,8 @@ interface Replica {
  * micro-service discovery (`$SRV.PING.tack-<service>`, found by its pid). A service that exits
  * during start-up fails the launch with its last output lines, after everything started so far is
  * stopped again. From its first answer on, a replica that ends on its own is restarted with
- * exponential backoff (`restart`), reported through `onServiceExit` and `onRestart`.
+ * exponential backoff (`restart`), reported through `onServiceExit` and `onRestart`. Each process
+ * gets only the variables its service uses (`serviceEnvironment`), not the launcher's environment.
  */
 export async function launch(options: LaunchOptions): Promise<Launched> {
   const compiled = compile(options);
@@ -223,14 +225,12 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     TACK_SANDBOX_REMOVE_ON_STOP: "1",
     ...options.env,
   };
-  // A child of a local nats-server gets its own credentials file and nothing inherited that could override it;
-  // sandbox replicas on one host need distinct replica ids (each owns its containers and placements).
+  // The gateway's API keys may come from variables the operator configuration names; they reach the gateway only.
+  const operatorKeyVariables = services.includes("gateway") ? await operatorKeyVariablesOf(env) : [];
+  // Each child gets only the variables it uses (SERVICE_ENV), with its own bus credentials file for a local
+  // nats-server; sandbox replicas on one host need distinct replica ids (each owns its containers and placements).
   const serviceEnv = (service: ServiceName, replica: number): NodeJS.ProcessEnv => {
-    const own: NodeJS.ProcessEnv = { ...env };
-    if (local) {
-      own.TACK_NATS_CREDENTIALS = local.files[service];
-      for (const variable of ["TACK_NATS_USER", "TACK_NATS_PASSWORD", "TACK_NATS_TLS_CA", "TACK_NATS_TLS_CERT", "TACK_NATS_TLS_KEY"]) delete own[variable];
-    }
+    const own = serviceEnvironment(service, env, { operatorKeyVariables, busCredentialsFile: local?.files[service] });
     if (service === "sandbox" && replica > 1) own.TACK_SANDBOX_REPLICA = sandboxReplicaId(env.TACK_SANDBOX_REPLICA, replica);
     return own;
   };
@@ -524,6 +524,20 @@ export function sandboxReplicaId(base: string | undefined, replica: number): str
   const first = base?.trim() || hostname().toLowerCase().replace(/[^a-z0-9_-]+/g, "-").replace(/^[-_]+/, "").slice(0, 64) || "sandbox";
   const suffix = `-${replica}`;
   return `${first.slice(0, 64 - suffix.length)}${suffix}`;
+}
+
+/**
+ * The variables the operator configuration's `keys[].env` name, read as the gateway will read it.
+ * None when it cannot be read: the gateway then fails at start naming the problem itself.
+ */
+async function operatorKeyVariablesOf(env: NodeJS.ProcessEnv): Promise<string[]> {
+  // Loaded only here: `tack run` and `tack events` start faster without the configuration package.
+  const { loadOperatorConfig } = await import("@tack/config");
+  try {
+    return loadOperatorConfig(env).keys.flatMap((key) => (key.env === undefined ? [] : [key.env]));
+  } catch {
+    return [];
+  }
 }
 
 function assertEntryExists(service: ServiceName, env: NodeJS.ProcessEnv): void {
