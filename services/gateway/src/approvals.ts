@@ -1,25 +1,29 @@
 import { DecideApprovalRequest, DecideApprovalResponse } from "@tack/proto";
-import type { Operation } from "./call.js";
+import { callerActor, callerKeyId, type DecisionAction } from "./audit.js";
+import type { Call, Operation } from "./call.js";
 import { requestLoop, requireSession, type GatewayContext } from "./sessions.js";
+
+// Who decided is the authenticated key: its tenant (`decided_by`), name and id, taken from the
+// call, never from the request body; the loop logs them with the decision and the gateway
+// records the decision in the audit trail.
 
 /**
  * `DecideApproval`: answers the pending approval of a tool call with `allow_once` or `reject`,
- * decided by the caller's tenant; the seq of the logged `approval/decided`, 404
+ * decided by the caller's key; the seq of the logged `approval/decided`, 404
  * (`loop.no_pending_approval`) when that call is not waiting.
  */
 export function decideApproval(context: GatewayContext): Operation {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
-    const request = DecideApprovalRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.call_id as string, decision: body.decision as string, decidedBy: call.tenant });
-    const response = await decide(context, row.id, request);
-    await context.index.touchSession(row.id);
-    return { body: { seq: response.seq } };
+    const request = DecideApprovalRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.call_id as string, decision: body.decision as string, ...decider(call) });
+    const seq = await decide(context, call, row.id, request, "approval.decide", { call_id: request.callId, decision: request.decision });
+    return { body: { seq } };
   };
 }
 
 /**
  * `AnswerQuestion`: answers the pending ask_user_question call, one `{selected: [labels], other}`
- * per question in order, answered by the caller's tenant; the seq of the logged
+ * per question in order, answered by the caller's key; the seq of the logged
  * `question/answered`, 400 (`loop.bad_answer`) when an answer does not fit its question, 404
  * (`loop.no_pending_question`) when that call is not waiting.
  */
@@ -28,17 +32,16 @@ export function answerQuestion(context: GatewayContext): Operation {
     const row = await requireSession(context, call, body.id);
     const answers = (body.answers as { selected?: string[]; other?: string }[]).map((a) => ({ selected: a.selected ?? [], other: a.other ?? "" }));
     const request = DecideApprovalRequest.fromPartial({
-      tenant: row.tenant, sessionId: row.id, callId: body.call_id as string, decision: "", decidedBy: call.tenant, kind: "question", answers: { answers },
+      tenant: row.tenant, sessionId: row.id, callId: body.call_id as string, decision: "", ...decider(call), kind: "question", answers: { answers },
     });
-    const response = await decide(context, row.id, request);
-    await context.index.touchSession(row.id);
-    return { body: { seq: response.seq } };
+    const seq = await decide(context, call, row.id, request, "question.answer", { call_id: request.callId });
+    return { body: { seq } };
   };
 }
 
 /**
  * `DecidePlan`: approves or rejects the plan waiting for review (the exit_plan_mode call
- * `call_id`, or the one waiting), decided by the caller's tenant; approval ends plan mode,
+ * `call_id`, or the one waiting), decided by the caller's key; approval ends plan mode,
  * `feedback` goes to the model. The seq of the logged `plan/decided`, 404 (`loop.no_pending_plan`)
  * when no plan waits.
  */
@@ -47,15 +50,25 @@ export function decidePlan(context: GatewayContext): Operation {
     const row = await requireSession(context, call, body.id);
     const request = DecideApprovalRequest.fromPartial({
       tenant: row.tenant, sessionId: row.id, callId: (body.call_id as string | undefined) ?? "", decision: body.approve === true ? "approve" : "reject",
-      decidedBy: call.tenant, kind: "plan", feedback: (body.feedback as string | undefined) ?? "",
+      ...decider(call), kind: "plan", feedback: (body.feedback as string | undefined) ?? "",
     });
-    const response = await decide(context, row.id, request);
-    await context.index.touchSession(row.id);
-    return { body: { seq: response.seq } };
+    const seq = await decide(context, call, row.id, request, "plan.decide", { call_id: request.callId, decision: request.decision });
+    return { body: { seq } };
   };
 }
 
-function decide(context: GatewayContext, sessionId: string, request: DecideApprovalRequest): Promise<DecideApprovalResponse> {
+/** Who decides, from the authenticated call: the tenant as before, and the key's name and id. */
+function decider(call: Call): Pick<DecideApprovalRequest, "decidedBy" | "decidedByKey" | "decidedByKeyId"> {
+  return { decidedBy: call.tenant, decidedByKey: call.caller.keyName, decidedByKeyId: callerKeyId(call) };
+}
+
+/** Asks the loop to log the decision, then records it in the audit trail with the logged event's seq. */
+async function decide(
+  context: GatewayContext, call: Call, sessionId: string, request: DecideApprovalRequest, action: DecisionAction, details: Record<string, unknown>,
+): Promise<number> {
   const { names } = context.bus;
-  return requestLoop(context, { owner: names.loopSessionDecide(sessionId), any: names.loopDecide }, DecideApprovalRequest, request, DecideApprovalResponse);
+  const response = await requestLoop(context, { owner: names.loopSessionDecide(sessionId), any: names.loopDecide }, DecideApprovalRequest, request, DecideApprovalResponse);
+  await context.index.touchSession(sessionId);
+  await context.audit.recordDecision(call.tenant, sessionId, callerActor(call), action, { ...details, seq: response.seq });
+  return response.seq;
 }

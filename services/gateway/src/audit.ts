@@ -1,5 +1,6 @@
-// The tenant-visible audit trail: who (an API key's id, never the key, or the retention sweep)
-// did what to which session, when. Records outlive the sessions they name.
+// The tenant-visible audit trail: who (an API key's id and name, never the key, or the retention
+// sweep) did what to which session, when: deletions, and the decisions people make on approvals,
+// questions and plans. Records outlive the sessions they name.
 import { randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import { timestamp, type AuditTable, type Database } from "./db.js";
@@ -10,12 +11,30 @@ import type { SessionRow } from "./store.js";
 /** An audit record as the index stores it. */
 export type AuditRow = Selectable<AuditTable>;
 
-/** Who acts: a caller's API key (by id), or the gateway's retention sweep. */
-export type AuditActor = { readonly kind: "api_key"; readonly keyId: string } | { readonly kind: "retention" };
+/** Who acts: a caller's API key (by id and name), or the gateway's retention sweep. */
+export type AuditActor = { readonly kind: "api_key"; readonly keyId: string; readonly keyName: string } | { readonly kind: "retention" };
+
+/** What a person decided on a waiting call, as the audit trail names it. */
+export type DecisionAction = "approval.decide" | "question.answer" | "plan.decide";
 
 /** The id of the caller's API key, as the admin API shows it; never the key itself. */
 export function callerKeyId(call: Call): string {
   return keyId(call.caller.keyHash);
+}
+
+/** The caller as an audit actor: its key's id and name. */
+export function callerActor(call: Call): AuditActor {
+  return { kind: "api_key", keyId: callerKeyId(call), keyName: call.caller.keyName };
+}
+
+/** A new record's id: time first, so ids sort like the records they name; the random part keeps them unique across gateways. */
+function recordId(): string {
+  return `a${Date.now().toString(36)}${randomBytes(5).toString("hex")}`;
+}
+
+/** The actor's columns of a record. */
+function actorColumns(actor: AuditActor): Pick<AuditRow, "actor" | "key_id" | "key_name"> {
+  return actor.kind === "api_key" ? { actor: actor.kind, key_id: actor.keyId, key_name: actor.keyName } : { actor: actor.kind, key_id: null, key_name: null };
 }
 
 /** Queries of the audit table. */
@@ -36,14 +55,22 @@ export class AuditLog {
       const removed = await trx.deleteFrom("sessions").where("id", "=", row.id).where("tenant", "=", row.tenant).executeTakeFirst();
       if (Number(removed.numDeletedRows) === 0) return undefined;
       const record: AuditRow = {
-        // Time first, so ids sort like the records they name; the random part keeps them unique across gateways.
-        id: `a${Date.now().toString(36)}${randomBytes(5).toString("hex")}`,
-        tenant: row.tenant, at: timestamp(), actor: actor.kind, key_id: actor.kind === "api_key" ? actor.keyId : null,
+        id: recordId(), tenant: row.tenant, at: timestamp(), ...actorColumns(actor),
         action: "session.delete", session_id: row.id, details: JSON.stringify(details),
       };
       await trx.insertInto("audit").values(record).execute();
       return record;
     });
+  }
+
+  /**
+   * Records a person's decision on a waiting call of a session (after the loop logged it): the
+   * key that decided, by id and name, and what it decided (`details`: call id, decision, seq).
+   */
+  async recordDecision(tenant: string, sessionId: string, actor: AuditActor, action: DecisionAction, details: Readonly<Record<string, unknown>>): Promise<AuditRow> {
+    const record: AuditRow = { id: recordId(), tenant, at: timestamp(), ...actorColumns(actor), action, session_id: sessionId, details: JSON.stringify(details) };
+    await this.#db.insertInto("audit").values(record).execute();
+    return record;
   }
 
   /** A page of the tenant's records, newest first. */
@@ -55,7 +82,10 @@ export class AuditLog {
 
 /** The JSON form of a record. */
 export function auditJson(row: AuditRow) {
-  return { id: row.id, at: row.at, actor: row.actor, key_id: row.key_id, action: row.action, session_id: row.session_id, details: JSON.parse(row.details) as unknown };
+  return {
+    id: row.id, at: row.at, actor: row.actor, key_id: row.key_id, ...(row.key_name !== null ? { key_name: row.key_name } : {}),
+    action: row.action, session_id: row.session_id, details: JSON.parse(row.details) as unknown,
+  };
 }
 
 /** `ListAudit`: the caller's tenant's audit records, newest first (`limit`, `offset`). */

@@ -37,7 +37,7 @@ export async function authenticateKey(index: SessionIndex, header: string | unde
   const known = cache.get(id);
   if (known && now - known.at < KEY_CHECK_MS) return known;
   const presented = Buffer.from(id, "hex");
-  let found: { hash: string; tenant: string; role: string } | undefined;
+  let found: { hash: string; tenant: string; role: string; name: string } | undefined;
   for (const row of await index.activeKeys()) {
     if (timingSafeEqual(presented, Buffer.from(row.hash, "hex")) && found === undefined) found = row;
   }
@@ -45,7 +45,7 @@ export async function authenticateKey(index: SessionIndex, header: string | unde
     cache.delete(id);
     throw new GatewayError(401, "gateway.invalid_api_key", `the API key is not valid (unknown or revoked): ${HOW}`);
   }
-  const result: CheckedKey = { tenant: found.tenant, caller: { keyHash: found.hash, role: found.role === "admin" ? "admin" : "member" }, at: now };
+  const result: CheckedKey = { tenant: found.tenant, caller: { keyHash: found.hash, keyName: found.name, role: found.role === "admin" ? "admin" : "member" }, at: now };
   // Bounded: a flood of distinct valid keys cannot grow it without end.
   if (cache.size >= 10_000) cache.clear();
   cache.set(id, result);

@@ -1,8 +1,10 @@
 // What every operation of the gateway receives, whichever transport (REST or gRPC) carried it.
 
-/** The authenticated caller: its key (by hash, never the key) and role. */
+/** The authenticated caller: its key (by hash, never the key), the key's name and role. */
 export interface Caller {
   readonly keyHash: string;
+  /** The key's name (the person or tool it was issued to): who decided, in the log and the audit trail. */
+  readonly keyName: string;
   readonly role: "admin" | "member";
 }
 

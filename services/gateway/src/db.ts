@@ -58,7 +58,9 @@ export interface AuditTable {
   actor: string;
   /** The caller's key id (never the key); null for `retention`. */
   key_id: string | null;
-  /** e.g. `session.delete`. */
+  /** The caller's key name when the record was made (0005); null for `retention` and older records. */
+  key_name: string | null;
+  /** `session.delete`, `approval.decide`, `question.answer` or `plan.decide`. */
   action: string;
   session_id: string | null;
   /** JSON object: what the action removed or changed. */
@@ -166,6 +168,15 @@ const migrations: Record<string, Migration> = {
     },
     async down(db: Kysely<unknown>) {
       await db.schema.dropTable("workspaces").execute();
+    },
+  },
+  // Who decided: the caller's key name beside its id (decisions on approvals, questions and plans are audited too).
+  "0005_audit_key_name": {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("audit").addColumn("key_name", "text").execute();
+    },
+    async down(db: Kysely<unknown>) {
+      await db.schema.alterTable("audit").dropColumn("key_name").execute();
     },
   },
 };

@@ -5,7 +5,7 @@ import { JetStreamApiError } from "@nats-io/jetstream";
 import { TackError } from "@tack/bus";
 import { DeleteSessionRequest, DeleteSessionResponse } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
-import { auditJson, callerKeyId, type AuditActor, type AuditRow } from "./audit.js";
+import { auditJson, callerActor, type AuditActor, type AuditRow } from "./audit.js";
 import { GatewayError } from "./errors.js";
 import type { Operation } from "./call.js";
 import { requestLoop, requireSession, type GatewayContext } from "./sessions.js";
@@ -55,7 +55,7 @@ export async function deleteSession(context: GatewayContext, row: SessionRow, ac
 export function deleteSessionRoute(context: GatewayContext): Operation {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
-    const { record, removed } = await deleteSession(context, row, { kind: "api_key", keyId: callerKeyId(call) });
+    const { record, removed } = await deleteSession(context, row, callerActor(call));
     return { body: {
       id: row.id, deleted: true,
       removed: { log_messages: removed.logMessages, spill_objects: removed.spillObjects, sandboxes: removed.sandboxesRemoved },

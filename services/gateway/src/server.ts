@@ -5,7 +5,7 @@ import { registerMicro } from "@tack/bus";
 import { logger } from "@tack/telemetry";
 import { createKey, listKeys, listTenants, revokeKey } from "./admin.js";
 import { answerQuestion, decideApproval, decidePlan } from "./approvals.js";
-import { AuditLog, callerKeyId, listAudit } from "./audit.js";
+import { AuditLog, callerActor, listAudit } from "./audit.js";
 import { forgetKey } from "./auth.js";
 import { ReplicaChanges } from "./changes.js";
 import type { Operation } from "./call.js";
@@ -82,7 +82,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     const context: GatewayContext = { bus, jsm, index, options: compiled, policy, shutdown: shutdown.signal, audit: new AuditLog(db), workspaces: new WorkspaceIndex(db), feeds, changes };
     const workspaces = new WorkspaceOperations(context, context.workspaces, async (call, sessionId) => {
       const row = await index.getSession(call.tenant, sessionId);
-      if (row) await deleteSession(context, row, { kind: "api_key", keyId: callerKeyId(call) }, { reason: "workspace deleted" });
+      if (row) await deleteSession(context, row, callerActor(call), { reason: "workspace deleted" });
     });
     const { retention } = compiled.operator;
     const sweeper = startRetentionSweep(context, { maxAgeDays: retention.sessionMaxAgeDays, intervalMs: retention.sweepIntervalMinutes * 60_000 }, log);

@@ -23,7 +23,7 @@ export interface GatewayContext {
   readonly policy: TenantPolicies;
   /** Aborted when the gateway stops: ends following event streams. */
   readonly shutdown: AbortSignal;
-  /** The tenant-visible audit trail (deletions). */
+  /** The tenant-visible audit trail (deletions, and decisions on approvals, questions and plans). */
   readonly audit: AuditLog;
   /** The tenants' managed workspaces. */
   readonly workspaces: WorkspaceIndex;

@@ -63,9 +63,9 @@ export class SessionIndex {
     });
   }
 
-  /** Every key that works (not revoked), with its tenant and role. */
-  async activeKeys(): Promise<{ hash: string; tenant: string; role: string }[]> {
-    return this.#db.selectFrom("api_keys").select(["hash", "tenant", "role"]).where("revoked_at", "is", null).execute();
+  /** Every key that works (not revoked), with its tenant, role and name. */
+  async activeKeys(): Promise<{ hash: string; tenant: string; role: string; name: string }[]> {
+    return this.#db.selectFrom("api_keys").select(["hash", "tenant", "role", "name"]).where("revoked_at", "is", null).execute();
   }
 
   /** Which of `hashes` still work. */

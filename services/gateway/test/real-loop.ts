@@ -106,6 +106,12 @@ export class RealLoop {
     return real;
   }
 
+  /** Writes a `scripted:` model (its replies, in order) beside the stack's others and returns its name. */
+  script(name: string, replies: readonly unknown[]): string {
+    writeFileSync(join(this.#dir, `${name}.json`), JSON.stringify({ replies }));
+    return `scripted:${join(this.#dir, `${name}.json`)}`;
+  }
+
   /** Waits until every turn of a session has ended (a post starts a turn that runs after the reply). */
   async idle(tenant: string, sessionId: string): Promise<void> {
     await waitFor(`the turns of ${sessionId} to end`, async () => {

@@ -15,7 +15,7 @@ import { SessionIndex, type KeyRow, type SessionRow } from "../src/store.js";
 import { WorkspaceIndex } from "../src/workspaces.js";
 import { createTestDatabase, POSTGRES_ADMIN_URL, type TestDatabase } from "./postgres.js";
 
-const MIGRATIONS = ["0001_index", "0002_keys_roles", "0003_audit", "0004_workspaces"];
+const MIGRATIONS = ["0001_index", "0002_keys_roles", "0003_audit", "0004_workspaces", "0005_audit_key_name"];
 const sha = (text: string) => createHash("sha256").update(text).digest("hex");
 
 /** A place for one index: `location()` names a fresh one, `cleanup()` removes them all. */
@@ -236,11 +236,13 @@ describe.each([{ make: sqliteBackend }, { make: postgresBackend }])("store on $m
     await index.insertSession(row);
     const details = { title: row.title, log_messages: 3, nested: { ok: true, list: [1, "two"] } };
     const [a, b] = await Promise.all([
-      audit.removeSession(row, { kind: "api_key", keyId: "0123456789ab" }, details),
+      audit.removeSession(row, { kind: "api_key", keyId: "0123456789ab", keyName: "alice" }, details),
       audit.removeSession(row, { kind: "retention" }, details),
     ]);
     const records = [a, b].filter((r) => r !== undefined);
     expect(records).toHaveLength(1);
+    // The key's name is kept beside its id (who deleted it), none for the sweep.
+    expect(records[0]).toMatchObject(a ? { key_id: "0123456789ab", key_name: "alice" } : { key_id: null, key_name: null });
     expect(await index.getSession("globex", "s-del")).toBeUndefined();
     expect(await audit.removeSession(row, { kind: "retention" }, {})).toBeUndefined();
 

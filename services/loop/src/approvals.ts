@@ -13,6 +13,23 @@ export const DECISIONS = ["allow_once", "reject"] as const;
 /** One of DECISIONS. */
 export type Decision = (typeof DECISIONS)[number];
 
+/** The API key that decided on a waiting call (the person), as the gateway authenticated it; empty when none did. */
+export interface DecidingKey {
+  readonly name: string;
+  readonly id: string;
+}
+
+/** No key decided (a decision over the bus without one). */
+export const NO_KEY: DecidingKey = { name: "", id: "" };
+
+/** The key's fields of a decision event (`decidedByKey`/`decidedByKeyId`, or a question's `answeredBy…`); none for NO_KEY. */
+export function keyFields<N extends string, I extends string>(key: DecidingKey, name: N, id: I): Partial<Record<N | I, string>> {
+  const out: Partial<Record<N | I, string>> = {};
+  if (key.name) out[name] = key.name;
+  if (key.id) out[id] = key.id;
+  return out;
+}
+
 
 /** Wording the model reads for each way an escalation ends; every one but allowed-once says the command did not run. */
 export const APPROVAL_TEXT = {

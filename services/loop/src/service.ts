@@ -11,7 +11,7 @@ import {
 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
-import { APPROVAL_POLICIES, DECISIONS, type Decision } from "./approvals.js";
+import { APPROVAL_POLICIES, DECISIONS, type Decision, type DecidingKey } from "./approvals.js";
 import { assertSandboxMode, assertToolsMode } from "./mode.js";
 import { PLAN_DECISIONS } from "./session-tools.js";
 import { Budgets } from "./budget.js";
@@ -190,9 +190,11 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     }
     // The owner subject opens before recovery has parked the session's waiting calls again: let recovery finish first.
     await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
-    if (kind === "question") return { seq: await runtime.answerQuestion(req.callId, req.answers?.answers ?? [], req.decidedBy) };
-    if (kind === "plan") return { seq: await runtime.decidePlan(req.callId, req.decision as "approve" | "reject", req.feedback ?? "", req.decidedBy) };
-    return { seq: await runtime.decide(req.callId, req.decision as Decision, req.decidedBy) };
+    // The key that decided (the person), as the gateway authenticated it; logged beside the tenant.
+    const key: DecidingKey = { name: req.decidedByKey ?? "", id: req.decidedByKeyId ?? "" };
+    if (kind === "question") return { seq: await runtime.answerQuestion(req.callId, req.answers?.answers ?? [], req.decidedBy, key) };
+    if (kind === "plan") return { seq: await runtime.decidePlan(req.callId, req.decision as "approve" | "reject", req.feedback ?? "", req.decidedBy, key) };
+    return { seq: await runtime.decide(req.callId, req.decision as Decision, req.decidedBy, key) };
   };
 
   const modeOn = (runtime: SessionRuntime) => async (req: SetSandboxModeRequest): Promise<SetSandboxModeResponse> => {

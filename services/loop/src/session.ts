@@ -10,7 +10,8 @@ import {
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import {
-  approvalPolicyOf, approvalsIn, escalationIn, outcomePlan, pendingApprovals, planCalls, sandboxModeOf, toolApprovalPlan, type CallPlan, type DecidedPlan, type Decision,
+  approvalPolicyOf, approvalsIn, escalationIn, keyFields, NO_KEY, outcomePlan, pendingApprovals, planCalls, sandboxModeOf, toolApprovalPlan, type CallPlan, type DecidedPlan, type Decision,
+  type DecidingKey,
 } from "./approvals.js";
 import { callMcpTool, Extensions, mcpOperation, runSkillTool, skillsPathTouched, userSkill, type ExtensionsHost, type StepExtensions } from "./extensions.js";
 import { Compactor, type CompactionSettings } from "./compaction.js";
@@ -244,8 +245,8 @@ export class SessionRuntime {
    * Logs a person's decision on the pending approval of `callId` and lets that call go on;
    * returns the seq of `approval/decided`. Throws `loop.no_pending_approval` when none is pending.
    */
-  decide(callId: string, decision: Decision, decidedBy: string): Promise<number> {
-    return this.#approvals.answer(callId, { callId, decision, decidedBy });
+  decide(callId: string, decision: Decision, decidedBy: string, key: DecidingKey = NO_KEY): Promise<number> {
+    return this.#approvals.answer(callId, { callId, decision, decidedBy, ...keyFields(key, "decidedByKey", "decidedByKeyId") });
   }
 
   /**
@@ -253,9 +254,9 @@ export class SessionRuntime {
    * returns the seq of `question/answered`. Throws `loop.bad_answer` for answers that do not fit
    * the questions and `loop.no_pending_question` when none is pending.
    */
-  answerQuestion(callId: string, answers: readonly QuestionAnswer[], answeredBy: string): Promise<number> {
+  answerQuestion(callId: string, answers: readonly QuestionAnswer[], answeredBy: string, key: DecidingKey = NO_KEY): Promise<number> {
     if (this.#questions.waiting.includes(callId)) checkAnswers(this.events, callId, answers);
-    return this.#questions.answer(callId, { callId, outcome: "answered", answers: [...answers], answeredBy });
+    return this.#questions.answer(callId, { callId, outcome: "answered", answers: [...answers], answeredBy, ...keyFields(key, "answeredByKey", "answeredByKeyId") });
   }
 
   /**
@@ -263,9 +264,9 @@ export class SessionRuntime {
    * several) and lets the call go on; an approval also ends plan mode. Returns the seq of
    * `plan/decided`; throws `loop.no_pending_plan` when no such plan waits.
    */
-  decidePlan(callId: string, decision: "approve" | "reject", feedback: string, decidedBy: string): Promise<number> {
+  decidePlan(callId: string, decision: "approve" | "reject", feedback: string, decidedBy: string, key: DecidingKey = NO_KEY): Promise<number> {
     const id = callId || this.#plans.waiting[0] || "";
-    return this.#plans.answer(id, { callId: id, decision, feedback, decidedBy });
+    return this.#plans.answer(id, { callId: id, decision, feedback, decidedBy, ...keyFields(key, "decidedByKey", "decidedByKeyId") });
   }
 
   /**
