@@ -30,6 +30,10 @@ const TenantPolicySchema = z.strictObject({
   budget_usd: z.number().positive("must be a positive amount of US dollars").optional(),
   /** Model providers API callers of this tenant may name (`deepseek`, `scripted`, ...); absent = all. */
   model_providers: z.array(z.string().regex(/^[a-z0-9][a-z0-9_-]*$/, "must be a provider name such as deepseek or scripted")).optional(),
+  /** Managed workspaces the tenant may hold at once (created over the API, not deleted). */
+  max_workspaces: count("managed workspaces").default(100),
+  /** Bytes all of the tenant's managed workspaces may hold together on a sandbox host (file contents, as `du -b` counts them). */
+  max_workspace_bytes: count("bytes").default(20 * 1024 ** 3),
 });
 
 const KeySchema = z.strictObject({
@@ -57,7 +61,13 @@ const ConfigSchema = z.strictObject({
     dir: z.string().optional(),
     /** Largest tar archive accepted for a new managed workspace. */
     max_upload_bytes: count("bytes").default(256 * 1024 * 1024),
-  }).default({ max_upload_bytes: 256 * 1024 * 1024 }),
+    /** Most bytes of file contents one archive may unpack to; unpacking stops (and is undone) the moment it would cross this. */
+    max_unpacked_bytes: count("bytes").default(2 * 1024 ** 3),
+    /** Most entries (files, directories, links) one archive may hold. */
+    max_entries: count("archive entries").default(200_000),
+    /** Longest one archive may take to unpack. */
+    unpack_timeout_seconds: count("seconds").default(300),
+  }).default({ max_upload_bytes: 256 * 1024 * 1024, max_unpacked_bytes: 2 * 1024 ** 3, max_entries: 200_000, unpack_timeout_seconds: 300 }),
   sandbox: z.strictObject({
     /** The user every sandbox command runs as; never 0. Files it writes in a workspace belong to the workspace's owner through an ID-mapped mount. */
     uid: z.number().int().min(1, "must not be 0: sandboxes never run as root").max(2 ** 31).default(1000),
@@ -120,7 +130,14 @@ export interface OperatorConfig {
   readonly source: string | undefined;
   readonly tenants: Readonly<Record<string, TenantPolicy>>;
   readonly keys: readonly ConfiguredKey[];
-  readonly workspaces: { readonly dir: string; readonly maxUploadBytes: number };
+  readonly workspaces: {
+    readonly dir: string;
+    readonly maxUploadBytes: number;
+    /** Bounds of unpacking one archive (`max_unpacked_bytes`, `max_entries`, `unpack_timeout_seconds`). */
+    readonly maxUnpackedBytes: number;
+    readonly maxEntries: number;
+    readonly unpackTimeoutMs: number;
+  };
   readonly sandbox: { readonly uid: number; readonly gid: number; readonly egress: { readonly allowCidrs: readonly string[]; readonly allowDns: boolean } };
   readonly models: { readonly scriptDirs: readonly string[]; readonly maxScriptBytes: number };
   readonly retention: { readonly sessionMaxAgeDays?: number; readonly sweepIntervalMinutes: number; readonly logMaxBytes?: number; readonly logMaxAgeDays?: number };
@@ -200,7 +217,9 @@ export function compileOperatorConfig(raw: unknown, where: { stateDir: string; b
     source: where.source,
     tenants,
     keys: data.keys.map((k) => (k.file === undefined ? k : { ...k, file: absolute(k.file) })),
-    workspaces: { dir: absolute(data.workspaces.dir ?? resolve(where.stateDir, "workspaces")), maxUploadBytes: data.workspaces.max_upload_bytes },
+    workspaces: { dir: absolute(data.workspaces.dir ?? resolve(where.stateDir, "workspaces")), maxUploadBytes: data.workspaces.max_upload_bytes,
+      maxUnpackedBytes: data.workspaces.max_unpacked_bytes, maxEntries: data.workspaces.max_entries, unpackTimeoutMs: data.workspaces.unpack_timeout_seconds * 1000,
+    },
     sandbox: { uid: data.sandbox.uid, gid: data.sandbox.gid, egress: { allowCidrs: data.sandbox.egress.allow_cidrs, allowDns: data.sandbox.egress.allow_dns } },
     models: { scriptDirs: scriptDirs.map(realpathOrSelf), maxScriptBytes: data.models.max_script_bytes },
     retention: {

@@ -4,7 +4,7 @@ import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { Objm, StorageType, type ObjectStore } from "@nats-io/obj";
 import type { Kysely, Selectable } from "kysely";
 import { TackError } from "@tack/bus";
-import { authorizeWorkspace, WorkspaceAccessError } from "@tack/config";
+import { authorizeWorkspace, tenantPolicy, WorkspaceAccessError } from "@tack/config";
 import {
   CreateWorkspaceRequest,
   CreateWorkspaceResponse,
@@ -51,6 +51,12 @@ export class WorkspaceIndex {
   /** The tenant's workspaces, newest first. */
   async list(tenant: string): Promise<WorkspaceRow[]> {
     return this.#db.selectFrom("workspaces").selectAll().where("tenant", "=", tenant).orderBy("created_at", "desc").orderBy("id", "desc").execute();
+  }
+
+  /** How many managed workspaces the tenant holds. */
+  async count(tenant: string): Promise<number> {
+    const row = await this.#db.selectFrom("workspaces").select((eb) => eb.fn.countAll<number>().as("n")).where("tenant", "=", tenant).executeTakeFirst();
+    return Number(row?.n ?? 0);
   }
 
   /** Removes a workspace's row. */
@@ -110,6 +116,8 @@ export class WorkspaceOperations {
   readonly #index: WorkspaceIndex;
   readonly #deleteSession: (call: Call, sessionId: string) => Promise<void>;
   #store: Promise<ObjectStore> | undefined;
+  // Creations under way per tenant: they count against max_workspaces until they are in the index or failed.
+  readonly #creating = new Map<string, number>();
 
   constructor(context: GatewayContext, index: WorkspaceIndex, deleteSession: (call: Call, sessionId: string) => Promise<void>) {
     this.#context = context;
@@ -133,6 +141,27 @@ export class WorkspaceOperations {
    */
   async create(call: Call, upload: WorkspaceUpload): Promise<Reply> {
     const tenant = call.tenant;
+    // Counted before any of the upload is read. Creations under way are counted from before the
+    // index is asked, so one that lands in the index meanwhile is counted twice, never missed.
+    const maxWorkspaces = tenantPolicy(this.#context.options.operator, tenant).max_workspaces;
+    const creating = this.#creating.get(tenant) ?? 0;
+    this.#creating.set(tenant, creating + 1);
+    try {
+      const held = await this.#index.count(tenant);
+      if (held + creating >= maxWorkspaces) {
+        throw new GatewayError(429, "gateway.limit_exceeded",
+          `tenant ${tenant} may hold at most ${maxWorkspaces} managed workspaces (max_workspaces); delete one (DELETE /v1/workspaces/<id>) or ask the operator to raise the quota`,
+          { details: { limit: "max_workspaces", value: String(maxWorkspaces) } });
+      }
+      return await this.#create(tenant, upload);
+    } finally {
+      const left = (this.#creating.get(tenant) ?? 1) - 1;
+      if (left > 0) this.#creating.set(tenant, left);
+      else this.#creating.delete(tenant);
+    }
+  }
+
+  async #create(tenant: string, upload: WorkspaceUpload): Promise<Reply> {
     const max = this.maxUploadBytes;
     const id = `ws_${randomBytes(10).toString("hex")}`;
     const { bus } = this.#context;
@@ -149,9 +178,14 @@ export class WorkspaceOperations {
       const created = await bus.request(bus.names.workspaceCreate, CreateWorkspaceRequest, { tenant, workspaceId: id, archiveObject }, CreateWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS })
         .catch((error: unknown) => {
           const e = TackError.from(error);
-          // The archive is the caller's to fix: say what tar refused (a member with `..`, one through a link, not a tar at all).
+          // The archive is the caller's to fix: say which entry broke which rule, or what tar refused.
+          if (e.code === "sandbox.archive_refused") throw new GatewayError(400, "gateway.bad_archive", e.message, { cause: e });
           if (e.code === "sandbox.archive_failed") throw new GatewayError(400, "gateway.bad_archive", `${e.message.replace(/^could not /, "the archive was refused: could not ")}; nothing was created`, { cause: e });
           if (e.code === "sandbox.archive_too_large") throw new GatewayError(413, "gateway.upload_too_large", `${e.message}; nothing was created`, { cause: e });
+          if (e.code === "sandbox.workspace_quota") {
+            const max = tenantPolicy(this.#context.options.operator, tenant).max_workspace_bytes;
+            throw new GatewayError(413, "gateway.workspace_quota_exceeded", `${e.message}; nothing was created`, { cause: e, details: { limit: "max_workspace_bytes", value: String(max) } });
+          }
           throw e;
         });
       const row: WorkspaceRow = { id, tenant, title: upload.title, path: created.path, created_at: timestamp() };

@@ -5,7 +5,7 @@ import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { Objm, StorageType, type ObjectStore } from "@nats-io/obj";
 import { TackError, type Bus } from "@tack/bus";
-import { managedWorkspacePath, type OperatorConfig } from "@tack/config";
+import { managedWorkspacePath, managedWorkspacesDir, tenantPolicy, type OperatorConfig } from "@tack/config";
 import type {
   CreateWorkspaceRequest,
   CreateWorkspaceResponse,
@@ -15,6 +15,7 @@ import type {
   ExportWorkspaceResponse,
 } from "@tack/proto";
 import { assertId } from "./sandboxes.js";
+import { unpackBounded } from "./unpack.js";
 
 // An archive may unpack to at most this many times its own size (a compression bomb stops there).
 const MAX_EXPANSION = 8;
@@ -23,12 +24,16 @@ const MAX_EXPANSION = 8;
  * Tack-managed workspaces on this sandbox host: directories `<dir>/<tenant>/<id>` owned by the
  * sandbox user, made empty or from a tar archive, packed back into one, and deleted. Archives
  * come and go through the workspaces object store, so the gateway needs no shared filesystem.
- * tar always runs as the sandbox user, never as root: whatever an archive holds (absolute names,
- * `..`, links out of the tree), it can write nothing that user could not write anyway.
+ * An archive is checked entry by entry as it streams (TarGuard: no sparse files, hard links,
+ * devices, absolute or `..` names, nothing through a link) and stops at its limits and the
+ * tenant's max_workspace_bytes before anything past them is written; tar, which writes the
+ * files, runs as the sandbox user, never as root. A refused upload leaves no directory behind.
  */
 export class ManagedWorkspaces {
   readonly #store: ObjectStore;
   readonly #operator: OperatorConfig;
+  // Bytes set aside per tenant for archives being unpacked right now.
+  readonly #reserved = new Map<string, number>();
 
   private constructor(store: ObjectStore, operator: OperatorConfig) {
     this.#store = store;
@@ -57,16 +62,24 @@ export class ManagedWorkspaces {
     }
     await chown(path, uid, gid);
     await chmod(path, 0o700);
-    if (!request.archiveObject) return { path, bytes: 0 };
     try {
+      const quota = await this.#quota(request.tenant);
+      if (quota.left === 0) throw quota.refusal(0);
+      if (!request.archiveObject) return { path, bytes: 0 };
       const archive = await this.#store.get(request.archiveObject);
       if (!archive) throw new TackError("sandbox.archive_missing", `archive ${request.archiveObject} is not in the workspaces store; upload it again`);
-      const bytes = await this.#unpack(Readable.fromWeb(archive.data as unknown as WebReadableStream<Uint8Array>), path, archive.info.size);
+      const bytes = await this.#unpack(request.tenant, Readable.fromWeb(archive.data as unknown as WebReadableStream<Uint8Array>), path, archive.info.size, quota);
       return { path, bytes };
     } catch (error) {
       await rm(path, { recursive: true, force: true });
       throw error;
     }
+  }
+
+  #reserve(tenant: string, bytes: number): void {
+    const total = (this.#reserved.get(tenant) ?? 0) + bytes;
+    if (total > 0) this.#reserved.set(tenant, total);
+    else this.#reserved.delete(tenant);
   }
 
   /** `workspace.export`: the workspace as a tar archive written to `archive_object`. */
@@ -101,21 +114,38 @@ export class ManagedWorkspaces {
     return path;
   }
 
-  // Unpacks as the sandbox user; refuses archives that expand beyond MAX_EXPANSION times their size.
-  async #unpack(archive: Readable, path: string, archiveBytes: number): Promise<number> {
-    const head = await peek(archive, 2);
-    const gzip = head[0] === 0x1f && head[1] === 0x8b;
-    const limit = Math.max(archiveBytes, 1 << 20) * MAX_EXPANSION;
-    const tar = this.#tar(path, ["-x", ...(gzip ? ["-z"] : []), "--no-same-owner", "--no-same-permissions", "--no-overwrite-dir", "--totals"]);
-    archive.on("error", () => tar.process.kill("SIGKILL"));
-    archive.pipe(tar.process.stdin!);
-    tar.process.stdin!.on("error", () => undefined);
-    await exitOf(tar.process, tar.stderr, "unpack the archive (is it a tar or tar.gz file?)");
-    const bytes = await usage(path);
-    if (bytes > limit) {
-      throw new TackError("sandbox.archive_too_large", `the archive unpacks to ${bytes} bytes, more than ${MAX_EXPANSION} times its own size; upload it uncompressed or smaller`);
+  // Unpacks as the sandbox user within the smallest of: 8 times the archive's size,
+  // workspaces.max_unpacked_bytes, and what the tenant's max_workspace_bytes leaves.
+  async #unpack(tenant: string, archive: Readable, path: string, archiveBytes: number, quota: Quota): Promise<number> {
+    const { maxUnpackedBytes, maxEntries, unpackTimeoutMs } = this.#operator.workspaces;
+    const ratio = Math.max(archiveBytes, 1 << 20) * MAX_EXPANSION;
+    const maxBytes = Math.min(ratio, maxUnpackedBytes, quota.left);
+    const bytesRefusal = (would: number): TackError => {
+      if (maxBytes === quota.left && quota.left < Math.min(ratio, maxUnpackedBytes)) return quota.refusal(would);
+      const which = maxBytes === maxUnpackedBytes ? `${maxUnpackedBytes} bytes (workspaces.max_unpacked_bytes)` : `${ratio} bytes, ${MAX_EXPANSION} times its own size`;
+      return new TackError("sandbox.archive_too_large", `the archive unpacks to more than ${which}; unpacking stopped there and nothing was kept: upload it uncompressed or smaller`);
+    };
+    const { uid, gid } = this.#operator.sandbox;
+    // Held for the tenant while it unpacks, so that uploads at the same time cannot pass the quota together.
+    this.#reserve(tenant, maxBytes);
+    try {
+      const unpacked = await unpackBounded(archive, path, { maxBytes, maxEntries, timeoutMs: unpackTimeoutMs, uid, gid, bytesRefusal });
+      return unpacked.bytes;
+    } finally {
+      this.#reserve(tenant, -maxBytes);
     }
-    return bytes;
+  }
+
+  // What the tenant's managed workspaces may still take (max_workspace_bytes less what they hold and what is being unpacked for it).
+  async #quota(tenant: string): Promise<Quota> {
+    const max = tenantPolicy(this.#operator, tenant).max_workspace_bytes;
+    const held = await usage(managedWorkspacesDir(this.#operator, tenant));
+    const used = held + (this.#reserved.get(tenant) ?? 0);
+    return {
+      left: Math.max(0, max - used),
+      refusal: (would) => new TackError("sandbox.workspace_quota",
+        `tenant ${tenant}'s managed workspaces may hold at most ${max} bytes (max_workspace_bytes); they hold ${used}${would > 0 ? ` and this archive would add more than ${would - 1}` : ""}; delete a workspace (DELETE /v1/workspaces/<id>) or ask the operator to raise the quota`),
+    };
   }
 
   // tar in `cwd`, entered before the switch to the sandbox user (the directories above it may be closed to that user).
@@ -141,27 +171,15 @@ function exitOf(child: ReturnType<typeof spawn>, stderr: () => string, what = "p
   });
 }
 
-// Reads the first `n` bytes and puts them back, so the stream is still whole.
-async function peek(stream: Readable, n: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const onReadable = () => {
-      const chunk = stream.read() as Buffer | null;
-      if (chunk === null) return;
-      stream.off("readable", onReadable);
-      stream.off("end", onEnd);
-      stream.unshift(chunk);
-      resolve(chunk.subarray(0, n));
-    };
-    const onEnd = () => resolve(Buffer.alloc(0));
-    stream.on("readable", onReadable);
-    stream.once("end", onEnd);
-    stream.once("error", reject);
-  });
+/** What a tenant's managed workspaces may still take, and the refusal naming the quota. */
+interface Quota {
+  readonly left: number;
+  readonly refusal: (would: number) => TackError;
 }
 
-// Bytes of the files under `path` (du, apparent sizes).
+// Bytes of the files under `path` (du, apparent sizes, not crossing into other file systems); 0 when it does not exist.
 async function usage(path: string): Promise<number> {
-  const child = spawn("du", ["-s", "-b", path], { stdio: ["ignore", "pipe", "ignore"] });
+  const child = spawn("du", ["-s", "-b", "-x", path], { stdio: ["ignore", "pipe", "ignore"] });
   let out = "";
   child.stdout!.on("data", (chunk: Buffer) => (out += chunk.toString("utf8")));
   await new Promise((resolve) => child.once("close", resolve));

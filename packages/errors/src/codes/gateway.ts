@@ -3,7 +3,7 @@ import { spec } from "../spec.js";
 /** Refusals and failures of the HTTP gateway (`services/gateway`). */
 export const GATEWAY_CODES = {
   "gateway.archive_missing": spec(502, "UNAVAILABLE", true, "The exported workspace archive was removed from the object store before the gateway could send it; retry the download."),
-  "gateway.bad_archive": spec(400, "INVALID_ARGUMENT", false, "The uploaded workspace archive was refused by tar (not a tar, a member with `..` or through a link); upload a plain tar or tar.gz of the project."),
+  "gateway.bad_archive": spec(400, "INVALID_ARGUMENT", false, "The uploaded workspace archive was refused (not a tar; an entry that is a sparse file, hard link, device or fifo, has an absolute or `..` name, lies through a link or links outside; the message names it); upload a plain tar or tar.gz of the project."),
   "gateway.bad_options": spec(500, "FAILED_PRECONDITION", false, "The gateway's start-up options are invalid (the message names the option); fix its environment or configuration and start it again."),
   "gateway.bad_url": spec(400, "INVALID_ARGUMENT", false, "The request target is not a valid URL path; send a path such as /v1/sessions."),
   "gateway.bad_workspace": spec(400, "INVALID_ARGUMENT", false, "The workspace path cannot be used (for example it is not absolute); give an absolute directory under one of the tenant's workspace roots."),
@@ -18,7 +18,7 @@ export const GATEWAY_CODES = {
   "gateway.key_ambiguous": spec(409, "FAILED_PRECONDITION", false, "Two keys of the tenant share the id given; ask the operator to revoke the right one in the index."),
   "gateway.key_not_found": spec(404, "NOT_FOUND", false, "The tenant has no API key with this id; list the keys with GET /v1/admin/keys."),
   "gateway.key_not_revocable": spec(409, "FAILED_PRECONDITION", false, "The key comes from the operator configuration or TACK_API_KEY, not the API; remove or change it there and restart the gateway."),
-  "gateway.limit_exceeded": spec(429, "RESOURCE_EXHAUSTED", false, "The tenant is at one of its limits (max_sessions, max_event_streams or requests_per_minute, named in details); wait (see retry-after), free something, or ask the operator to raise it."),
+  "gateway.limit_exceeded": spec(429, "RESOURCE_EXHAUSTED", false, "The tenant is at one of its limits (max_sessions, max_workspaces, max_event_streams or requests_per_minute, named in details); wait (see retry-after), free something, or ask the operator to raise it."),
   "gateway.listen_failed": spec(500, "FAILED_PRECONDITION", false, "The gateway cannot listen on its host and port (usually in use); set TACK_GATEWAY_PORT to a free port or stop the other process."),
   "gateway.malformed_authorization": spec(401, "UNAUTHENTICATED", false, "The Authorization header is not `Bearer <key>`; send the API key in that form."),
   "gateway.malformed_json": spec(400, "INVALID_ARGUMENT", false, "The request body is not valid JSON in UTF-8 (the message says where it breaks); send well-formed JSON."),
@@ -35,4 +35,5 @@ export const GATEWAY_CODES = {
   "gateway.workspace_forbidden": spec(403, "PERMISSION_DENIED", false, "The workspace is outside the tenant's workspace roots or is (or contains) Tack's own install or state; use a directory under the roots the message names."),
   "gateway.workspace_not_directory": spec(400, "INVALID_ARGUMENT", false, "The workspace path exists but is not a directory; give the project's directory."),
   "gateway.workspace_not_found": spec(404, "NOT_FOUND", false, "The workspace does not exist: no managed workspace with this id for the tenant (list them with GET /v1/workspaces), or no directory at the path given (answered 400 for a path, 404 for an id)."),
+  "gateway.workspace_quota_exceeded": spec(413, "RESOURCE_EXHAUSTED", false, "The tenant's managed workspaces would hold more than its max_workspace_bytes (named in details); delete a workspace or ask the operator to raise the quota."),
 } as const;

@@ -9,7 +9,8 @@ export const SANDBOX_CODES = {
   "sandbox.agent_unresponsive": spec(502, "UNAVAILABLE", true, "The exec agent gave no answer well past the command's timeout; release the sandbox and ensure it again."),
   "sandbox.archive_failed": spec(502, "INTERNAL", false, "The tar command could not pack or unpack a managed workspace (the message quotes it); an upload is refused as gateway.bad_archive."),
   "sandbox.archive_missing": spec(502, "INTERNAL", false, "The uploaded archive is not in the workspaces object store; upload it again."),
-  "sandbox.archive_too_large": spec(413, "INVALID_ARGUMENT", false, "The archive unpacks to far more than its own size; upload it uncompressed or smaller."),
+  "sandbox.archive_refused": spec(400, "INVALID_ARGUMENT", false, "An archive entry breaks an unpacking rule (sparse file, hard link, device or fifo, absolute or `..` name, a name through a link, a link leading outside, not a tar at all); the message names the entry. Nothing was created; pack the project without it."),
+  "sandbox.archive_too_large": spec(413, "INVALID_ARGUMENT", false, "The archive unpacks to more than workspaces.max_unpacked_bytes (or 8 times its own size), holds more than workspaces.max_entries entries, or took longer than workspaces.unpack_timeout_seconds; unpacking stopped there and nothing was kept. Upload a smaller archive."),
   "sandbox.bad_mode": spec(502, "INTERNAL", false, "A sandbox request named an unknown sandbox mode; this is a bug in the sender."),
   "sandbox.bad_request": spec(502, "INTERNAL", false, "A sandbox request misstates a field (empty argv, timeout over the maximum, relative cwd); this is a bug in the sender."),
   "sandbox.bad_workspace": spec(400, "INVALID_ARGUMENT", false, "The workspace cannot be mounted as given (not absolute, not a directory); give an absolute directory under the tenant's workspace roots."),
@@ -44,4 +45,5 @@ export const SANDBOX_CODES = {
   "sandbox.workspace_mismatch": spec(403, "PERMISSION_DENIED", false, "The request names a workspace other than the one the session was created with; a sandbox only mounts its session's workspace."),
   "sandbox.workspace_missing": spec(404, "NOT_FOUND", false, "The workspace directory does not exist on the sandbox host; create it or give an existing one."),
   "sandbox.workspace_not_found": spec(404, "NOT_FOUND", false, "The managed workspace does not exist on this sandbox host; list the tenant's workspaces with GET /v1/workspaces."),
+  "sandbox.workspace_quota": spec(413, "RESOURCE_EXHAUSTED", false, "The tenant's managed workspaces would hold more than its max_workspace_bytes; delete a workspace or ask the operator to raise the quota."),
 } as const;
