@@ -14,8 +14,9 @@ const INTERPRETERS = { bash: "bash", python3: "python3" } as const;
 
 /**
  * composition (creator mode): what runs, as seen from the tools service: the services that answer
- * NATS micro discovery on its bus, grouped by service, and the tools of every mode. The model
- * provider is the llm service's business; it does not advertise it, so it is not shown.
+ * NATS micro discovery on its bus with their instance counts, and the tools of every mode. No host
+ * names, versions, replica ids or runtimes: they tell the model (and whatever steers it) where to
+ * aim, not how to work. The model provider is the llm service's business; it is not shown.
  */
 export function compositionTool(modes: () => Readonly<Record<string, readonly Tool[]>>) {
   return defineTool({
@@ -34,17 +35,12 @@ export function compositionTool(modes: () => Readonly<Record<string, readonly To
   });
 }
 
+/** One line per service that answered discovery: its name and how many instances; nothing of the hosts. */
 async function services(bus: Bus): Promise<string[]> {
-  const found = await discoverMicro(bus, { verb: "INFO" });
-  const byService = new Map<string, typeof found>();
-  for (const info of found) byService.set(info.instance.service, [...(byService.get(info.instance.service) ?? []), info]);
-  if (byService.size === 0) return ["  (none answered)"];
-  return [...byService.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([service, instances]) => {
-    const versions = [...new Set(instances.map((i) => i.version))].join(", ");
-    const hosts = [...new Set(instances.map((i) => i.instance.host))].join(", ");
-    const extra = [...new Set(instances.flatMap((i) => ["runtime", "replica"].filter((k) => i.instance.metadata[k]).map((k) => `${k} ${i.instance.metadata[k]}`)))];
-    return `  ${service}: ${instances.length} instance${instances.length === 1 ? "" : "s"}, version ${versions}, on ${hosts}${extra.length ? `; ${extra.join(", ")}` : ""}`;
-  });
+  const counts = new Map<string, number>();
+  for (const { instance } of await discoverMicro(bus)) counts.set(instance.service, (counts.get(instance.service) ?? 0) + 1);
+  if (counts.size === 0) return ["  (none answered)"];
+  return [...counts.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([service, count]) => `  ${service}: ${count} instance${count === 1 ? "" : "s"}`);
 }
 
 /**
