@@ -4,6 +4,8 @@
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { parseAllDocuments } from "yaml";
+import { mayReceive } from "../../packages/cli/src/service-env.js";
+import { SERVICES, type ServiceName } from "../../packages/cli/src/services.js";
 
 /** deploy/k8s of this checkout. */
 export const K8S_DIR = fileURLToPath(new URL("../../deploy/k8s", import.meta.url));
@@ -58,7 +60,7 @@ export async function schemaError(object: K8sObject): Promise<string | undefined
 type Container = {
   name: string;
   image?: string;
-  env?: Array<{ name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string }; configMapKeyRef?: { name: string; key: string } } }>;
+  env?: Array<{ name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string; optional?: boolean }; configMapKeyRef?: { name: string; key: string; optional?: boolean } } }>;
   envFrom?: Array<{ configMapRef?: { name: string }; secretRef?: { name: string } }>;
   resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
   readinessProbe?: unknown;
@@ -91,6 +93,9 @@ export function podSpec(object: K8sObject): PodSpec | undefined {
   return (object.spec as { template: { spec: PodSpec } }).template.spec;
 }
 
+/** Secrets every service Pod holds besides its service's own: its NATS password, and the probe user's for the exec probes. */
+const POD_SECRETS = new Set(["TACK_NATS_PASSWORD", "TACK_PROBE_PASSWORD"]);
+
 /** Variables every Tack service container must get (directly or through envFrom). */
 export const REQUIRED_SERVICE_ENV = [
   "NATS_URL", "TACK_NAMESPACE", "TACK_NATS_USER", "TACK_NATS_PASSWORD", "TACK_PROBE_PASSWORD", "TACK_CONFIG",
@@ -108,6 +113,9 @@ export const REQUIRED_SERVICE_ENV = [
  *   agent lives in a `privileged` one;
  * - every Tack service container gets NATS_URL, TACK_NAMESPACE, its own NATS user and password,
  *   the probe's password, TACK_CONFIG and the OTEL_* variables, and each Secret and ConfigMap it names exists with the key;
+ * - least secret: a Tack service container takes Secrets key by key (never a whole Secret through
+ *   envFrom), and only variables its service may receive (SERVICE_ENV of packages/cli/src/services.ts,
+ *   the one allowlist `tack up` uses too) besides its NATS password and the probe's;
  * - tools and loop have an HPA; RuntimeClass gvisor uses runsc; each namespace denies by default.
  */
 export function policyViolations(objects: readonly K8sObject[]): string[] {
@@ -206,7 +214,10 @@ function serviceEnvViolations(at: string, object: K8sObject, c: Container, find:
     const data = (source as { data?: Record<string, string> }).data ?? {};
     return kind === "Secret" ? Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v, "base64").toString()])) : data;
   };
+  const service = /dist\/services\/([a-z]+)\/main\.js/.exec(((c as { command?: string[] }).command ?? []).join(" "))?.[1];
+  const known = service !== undefined && (SERVICES as readonly string[]).includes(service);
   for (const from of c.envFrom ?? []) {
+    if (from.secretRef) out.push(`${at}: takes the whole Secret ${from.secretRef.name} through envFrom; name each key its service uses with secretKeyRef (optional: true when it may be absent)`);
     const data = from.configMapRef ? dataOf("ConfigMap", from.configMapRef.name) : from.secretRef ? dataOf("Secret", from.secretRef.name) : undefined;
     for (const [key, value] of Object.entries(data ?? {})) values.set(key, value);
   }
@@ -214,15 +225,17 @@ function serviceEnvViolations(at: string, object: K8sObject, c: Container, find:
     const ref = variable.valueFrom?.secretKeyRef ?? variable.valueFrom?.configMapKeyRef;
     if (ref) {
       const data = dataOf(variable.valueFrom?.secretKeyRef ? "Secret" : "ConfigMap", ref.name);
-      if (data && !(ref.key in data)) out.push(`${at}: ${variable.name} names key ${ref.key} of ${ref.name}, which has no such key`);
+      if (data && !(ref.key in data) && !ref.optional) out.push(`${at}: ${variable.name} names key ${ref.key} of ${ref.name}, which has no such key`);
       values.set(variable.name, data?.[ref.key] ?? "");
+      if (variable.valueFrom?.secretKeyRef && known && !POD_SECRETS.has(variable.name) && !mayReceive(service as ServiceName, variable.name)) {
+        out.push(`${at}: gets secret ${variable.name} from ${ref.name}, which the ${service} service does not use; remove it (SERVICE_ENV in packages/cli/src/services.ts lists what each service uses)`);
+      }
     } else if (variable.valueFrom) values.set(variable.name, "(from the pod)");
     else values.set(variable.name, variable.value ?? "");
   }
   for (const name of REQUIRED_SERVICE_ENV) {
     if (!values.get(name)) out.push(`${at}: ${name} is not set (env or envFrom)`);
   }
-  const service = /dist\/services\/([a-z]+)\/main\.js/.exec(((c as { command?: string[] }).command ?? []).join(" "))?.[1];
   if (!service) out.push(`${at}: command does not start dist/services/<service>/main.js`);
   else if (values.get("TACK_NATS_USER") && values.get("TACK_NATS_USER") !== service) {
     out.push(`${at}: runs ${service} as NATS user ${values.get("TACK_NATS_USER")}; each service connects as its own user (decision 0007)`);

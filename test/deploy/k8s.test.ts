@@ -82,6 +82,42 @@ describe("deploy/k8s", () => {
     expect(await schemaError(deployment)).toMatch(/Deployment\/tack\/tools: .*replicas must be integer/);
   });
 
+  it.each(OVERLAYS)("k8s - overlay %s: each Deployment holds only its own secrets (provider keys in llm, web_search's in tools, the admin key and database in the gateway)", (overlay) => {
+    const objects = objectsOf(overlay);
+    const holders = new Map<string, string[]>();
+    for (const object of objects) {
+      // Tack's own containers (NATS takes every password: it admits every user).
+      for (const c of (podSpec(object)?.containers ?? []).filter((c) => c.image?.includes("tack-services"))) {
+        for (const variable of (c.env ?? []) as Array<{ name: string; valueFrom?: { secretKeyRef?: unknown } }>) {
+          if (variable.valueFrom?.secretKeyRef) holders.set(variable.name, [...(holders.get(variable.name) ?? []), object.metadata.name].sort());
+        }
+        expect((c.envFrom ?? []).filter((from) => "secretRef" in from), `${object.metadata.name} takes a whole Secret`).toEqual([]);
+      }
+    }
+    expect(holders.get("OPENAI_API_KEY")).toEqual(["llm"]);
+    expect(holders.get("ANTHROPIC_API_KEY")).toEqual(["llm"]);
+    expect(holders.get("DEEPSEEK_API_KEY")).toEqual(["llm", "tools"]);
+    expect(holders.get("BRAVE_API_KEY")).toEqual(["tools"]);
+    expect(holders.get("TACK_API_KEY")).toEqual(["gateway"]);
+    expect(holders.get("TACK_DB")).toEqual(["gateway"]);
+  });
+
+  it("k8s - a secret given to a service that does not use it, or a whole Secret through envFrom, is caught naming the fix", () => {
+    const broken = (mutate: (objects: K8sObject[]) => void) => {
+      const copy = structuredClone(objectsOf("dev"));
+      mutate(copy);
+      return policyViolations(copy);
+    };
+    const container = (objects: K8sObject[], name: string) => podSpec(find(objects, "Deployment", name))!.containers[0]! as unknown as { env: unknown[]; envFrom: unknown[] };
+    const secretName = (objects: K8sObject[], prefix: string) => objects.find((o) => o.kind === "Secret" && o.metadata.name.startsWith(`${prefix}-`))!.metadata.name;
+    expect(broken((o) => { container(o, "tools").envFrom.push({ secretRef: { name: secretName(o, "tack-provider-keys") } }); }))
+      .toEqual([expect.stringMatching(/Deployment\/tack\/tools container tools: takes the whole Secret tack-provider-keys-\w+ through envFrom; name each key/)]);
+    expect(broken((o) => { container(o, "tools").env.push({ name: "OPENAI_API_KEY", valueFrom: { secretKeyRef: { name: secretName(o, "tack-provider-keys"), key: "OPENAI_API_KEY", optional: true } } }); }))
+      .toEqual([expect.stringMatching(/tools container tools: gets secret OPENAI_API_KEY from tack-provider-keys-\w+, which the tools service does not use/)]);
+    expect(broken((o) => { container(o, "loop").env.push({ name: "TACK_API_KEY", valueFrom: { secretKeyRef: { name: secretName(o, "tack-gateway"), key: "TACK_API_KEY" } } }); }))
+      .toEqual([expect.stringMatching(/loop container loop: gets secret TACK_API_KEY from tack-gateway-\w+, which the loop service does not use/)]);
+  });
+
   it("k8s - dev runs Jaeger and PostgreSQL in the cluster and sends every span to Jaeger; team uses an external PostgreSQL and OTLP over gRPC", () => {
     const dev = objectsOf("dev");
     const team = objectsOf("team");
