@@ -1,17 +1,18 @@
-// Code mode numbers (issue 9): the size of code mode's first request next to the standard mode's,
-// and the overhead of a tool call made from a run_code program over the same call made directly.
+// Code mode numbers (issues 9 and 18): the size of code mode's first request next to the standard
+// mode's, and what a tool call made from a run_code program costs. The program runs where it runs in
+// production: node in the session's sandbox container (decision 0020), its calls coming back over
+// the sandbox stream to the tools service, each `read` an exec in the same container.
 // Alone: `npx tsx bench/run-code.ts` prints the JSON; bench/run.ts can call `benchRunCode()`.
-// The overhead runs against a sandbox that answers every exec at once, so that what is measured
-// is the harness (worker, message port, a second callTool), not the command.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { CallToolRequest, CompleteRequest, ExecResponse, Role, type CallToolResponse } from "@tack/proto";
-import { callTool, listTools, type SandboxClient } from "@tack/tools-service";
+import { CompleteRequest, Role, type CallToolResponse } from "@tack/proto";
+import { listTools } from "@tack/tools-service";
 import { countRequestTokens } from "../services/llm/src/tokens.js";
+import { ToolsOverBus } from "../services/tools/test/support/over-bus.js";
 import { percentile, round } from "./lib.js";
 
-const BATCHES = 30;
+const BATCHES = 20;
 const CALLS_PER_BATCH = 50;
 const TASK = "slugify breaks on repeated spaces; fix it and run the tests";
 
@@ -26,61 +27,62 @@ export function firstRequestTokens(mode: string): number {
   }));
 }
 
-/** A sandbox that answers every exec at once with a file of one line (what `read` prints for it). */
-const instantSandbox: SandboxClient = {
-  ensure: async () => undefined,
-  exec: async () => ExecResponse.fromPartial({ exitCode: 0, stdout: Buffer.from("     1\thello\n1\n") }),
-};
-
-function call(name: string, args: unknown, sessionMode: string, callId: string): Promise<CallToolResponse> {
-  return callTool(CallToolRequest.fromPartial({
-    sessionId: "bench", tenant: "bench", callId, name, arguments: JSON.stringify(args), workspace: "/tmp",
-    sandboxMode: "workspace-write", attempt: 1, firstAttemptAtMs: Date.now(), sessionMode,
-  }), { sandbox: instantSandbox, spills: { get: async () => undefined }, signal: new AbortController().signal });
-}
-
 /**
- * Per batch: the wall time of a program making CALLS_PER_BATCH sequential `read` calls, less that
- * of an empty program (worker start, compile), per call; and the same number of direct `read`
- * calls, per call. The overhead of a batch is the difference; p50 over BATCHES batches.
+ * Per batch, in one session's warm runc container over the bus: the wall time of a program making
+ * CALLS_PER_BATCH sequential `read` calls, less that of an empty program (compile, node's start in
+ * the container, the stream), per call; and the same number of direct `read` calls, per call. The
+ * overhead of a batch is the difference; p50 over BATCHES batches.
  */
 export async function benchRunCode(): Promise<Record<string, unknown>> {
   const program = `for (let i = 0; i < ${CALLS_PER_BATCH}; i++) await tools.read({ path: "a.txt" });`;
-  const timed = async (fn: () => Promise<CallToolResponse>) => {
-    const started = performance.now();
-    const response = await fn();
-    if (response.isError) throw new Error(`bench call failed: ${response.content}`);
-    return performance.now() - started;
-  };
-  // Warm up: esbuild's helper process, the worker code, the tools' modules.
-  for (let i = 0; i < 3; i++) {
-    await timed(() => call("run_code", { code: program }, "code", `w${i}`));
-    await timed(() => call("read", { path: "a.txt" }, "standard", `w${i}`));
+  const stack = await ToolsOverBus.start({ mode: "code", sessionId: "bench-code" });
+  try {
+    writeFileSync(join(stack.workspace, "a.txt"), "hello\n");
+    const timed = async (fn: () => Promise<CallToolResponse>) => {
+      const started = performance.now();
+      const response = await fn();
+      if (response.isError) throw new Error(`bench call failed: ${response.content}`);
+      return performance.now() - started;
+    };
+    const direct = () => stack.call("read", { path: "a.txt" }, { sessionMode: "standard" });
+    // Warm up: the container, esbuild's helper process, node's code cache in the container.
+    for (let i = 0; i < 3; i++) {
+      await timed(() => stack.call("run_code", { code: program }));
+      await timed(direct);
+    }
+    const inner: number[] = [];
+    const directs: number[] = [];
+    const overhead: number[] = [];
+    const empty: number[] = [];
+    for (let b = 0; b < BATCHES; b++) {
+      const base = await timed(() => stack.call("run_code", { code: "return 1" }));
+      const full = await timed(() => stack.call("run_code", { code: program }));
+      let directTotal = 0;
+      for (let i = 0; i < CALLS_PER_BATCH; i++) directTotal += await timed(direct);
+      const perInner = (full - base) / CALLS_PER_BATCH;
+      const perDirect = directTotal / CALLS_PER_BATCH;
+      empty.push(base);
+      inner.push(perInner);
+      directs.push(perDirect);
+      overhead.push(perInner - perDirect);
+    }
+    return {
+      run_code_inner_call_overhead_ms_p50: percentile(overhead, 50),
+      run_code_inner_call_ms_p50: percentile(inner, 50),
+      run_code_direct_call_ms_p50: percentile(directs, 50),
+      run_code_empty_program_ms_p50: percentile(empty, 50),
+      run_code_overhead_definition: `the program in the session's sandbox container (runc) over the bus, as in production; per batch of ${CALLS_PER_BATCH} sequential read calls (each an exec in that container): inner = (program wall time - empty program's) / calls; direct = a tools.call of read over the bus; overhead = inner - direct; p50 over ${BATCHES} batches; empty = tools.call of run_code "return 1"`,
+      ...firstRequestTokenKeys(),
+    };
+  } finally {
+    await stack.stop();
   }
-  const inner: number[] = [];
-  const direct: number[] = [];
-  const overhead: number[] = [];
-  const empty: number[] = [];
-  for (let b = 0; b < BATCHES; b++) {
-    const base = await timed(() => call("run_code", { code: "return 1" }, "code", `e${b}`));
-    const full = await timed(() => call("run_code", { code: program }, "code", `p${b}`));
-    let directTotal = 0;
-    for (let i = 0; i < CALLS_PER_BATCH; i++) directTotal += await timed(() => call("read", { path: "a.txt" }, "standard", `d${b}.${i}`));
-    const perInner = (full - base) / CALLS_PER_BATCH;
-    const perDirect = directTotal / CALLS_PER_BATCH;
-    empty.push(base);
-    inner.push(perInner);
-    direct.push(perDirect);
-    overhead.push(perInner - perDirect);
-  }
+}
+
+function firstRequestTokenKeys(): Record<string, unknown> {
   const standardTokens = firstRequestTokens("standard");
   const codeTokens = firstRequestTokens("code");
   return {
-    run_code_inner_call_overhead_ms_p50: percentile(overhead, 50),
-    run_code_inner_call_ms_p50: percentile(inner, 50),
-    run_code_direct_call_ms_p50: percentile(direct, 50),
-    run_code_empty_program_ms_p50: percentile(empty, 50),
-    run_code_overhead_definition: `per batch of ${CALLS_PER_BATCH} sequential read calls against an instant sandbox: (program wall time - empty program's) / calls - direct callTool time / calls; p50 over ${BATCHES} batches`,
     first_request_tokens_standard: standardTokens,
     first_request_tokens_code: codeTokens,
     first_request_tokens_code_over_standard: round(codeTokens / standardTokens, 3),

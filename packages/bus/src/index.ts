@@ -6,3 +6,4 @@ export { extractTrace, injectTrace, inSpan } from "./trace.js";
 export { requestStream, serveStream, type StreamWriter } from "./stream.js";
 export { retryAfterMs, retryDelay, retrying, retryPolicy, type RetryNote, type RetryOptions, type RetryPolicy } from "./retry.js";
 export { discoverMicro, microName, microSubjects, registerMicro, TACK_VERSION, type DiscoverOptions, type MicroInstance, type MicroOptions, type MicroResponses } from "./micro.js";
+export { openSandboxProcess, sandboxStdioSubjects, STDIO_PING_EVERY_MS, type SandboxOutput, type SandboxProcess, type SandboxProcessExit, type SandboxProcessRequest } from "./sandbox-process.js";

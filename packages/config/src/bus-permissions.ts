@@ -152,10 +152,13 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
     tools: {
       publish: [
         n.sandboxEnsure, n.sandboxExec,
+        // A run_code program runs in the session's container as a stdio stream (decision 0020).
+        `${ns}.sandbox.stdio.open`, `${ns}.sandbox.stdio.in.*`,
         // `read` of a spilled result (`tack-spill:<call_id>`).
         jsInfo, ...streamRead(spill),
       ],
-      subscribe: [`${ns}.tools.*`, inbox("tools"), ...microSubjects("tools")],
+      // Its own subjects, and the output of its programs' streams (stream ids are random per stream).
+      subscribe: [`${ns}.tools.*`, `${ns}.sandbox.stdio.out.*`, inbox("tools"), ...microSubjects("tools")],
       // A tool call may run a command for up to 600 s (bash's limit) plus the sandbox's margin,
       // sending a heartbeat every second meanwhile (so the loop can tell a dead worker in 5 s).
       responses: { max: 10_000, expires: "15m" },

@@ -1,4 +1,7 @@
-import { DEFAULT_SILENCE_MS, retrying, retryPolicy, TackError, type Bus, type RetryPolicy } from "@tack/bus";
+import {
+  DEFAULT_SILENCE_MS, openSandboxProcess, retrying, retryPolicy, TackError,
+  type Bus, type RetryPolicy, type SandboxOutput, type SandboxProcess, type SandboxProcessRequest,
+} from "@tack/bus";
 import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, type HopRetry } from "@tack/proto";
 
 /** The session's sandbox as the tools see it: make sure it exists, then run commands in it. */
@@ -10,6 +13,11 @@ export interface SandboxClient {
    * Rejects with TackError `tools.cancelled` once `signal` aborts.
    */
   exec(request: ExecRequest, signal: AbortSignal): Promise<ExecResponse>;
+  /**
+   * Starts a long-lived process in the session's container of `request.mode`, its output going
+   * to `onOutput` (a run_code program, decision 0020). Rejects like `exec` when it cannot start.
+   */
+  spawn(request: SandboxProcessRequest, onOutput: SandboxOutput): Promise<SandboxProcess>;
 }
 
 /** A cold start creates a container; the image is local, so this is generous. */
@@ -58,6 +66,15 @@ export class BusSandboxClient implements SandboxClient {
       return await abortable(this.#bus.request(this.#bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS }), signal);
     } catch (error) {
       // The container went away since it was ensured (reaped, or gone with a dead replica): the next ensure asks again.
+      if (error instanceof TackError && error.code === "sandbox.not_found") this.#ensured.delete(`${request.sessionId} ${request.mode}`);
+      throw error;
+    }
+  }
+
+  async spawn(request: SandboxProcessRequest, onOutput: SandboxOutput): Promise<SandboxProcess> {
+    try {
+      return await openSandboxProcess(this.#bus, request, onOutput);
+    } catch (error) {
       if (error instanceof TackError && error.code === "sandbox.not_found") this.#ensured.delete(`${request.sessionId} ${request.mode}`);
       throw error;
     }
@@ -131,6 +148,20 @@ export class CallSandbox implements SandboxClient {
     }, (error) => error.code === "sandbox.not_found" && this.#ensured !== undefined);
     if (response.replayed) this.#replayed = true;
     return response;
+  }
+
+  /** Starts the process; a container gone since the call's ensure (a dead sandbox replica) is ensured again first, within the retry window. */
+  spawn(request: SandboxProcessRequest, onOutput: SandboxOutput): Promise<SandboxProcess> {
+    let lost = false;
+    return this.#retrying(async () => {
+      if (lost && this.#ensured) await this.#inner.ensure(this.#ensured);
+      try {
+        return await this.#inner.spawn(request, onOutput);
+      } catch (error) {
+        lost = error instanceof TackError && error.code === "sandbox.not_found" && this.#ensured !== undefined;
+        throw error;
+      }
+    }, (error) => error.code === "sandbox.not_found" && this.#ensured !== undefined);
   }
 
   #retrying<T>(send: (attempt: number) => Promise<T>, alsoRetry: (error: TackError) => boolean = () => false): Promise<T> {

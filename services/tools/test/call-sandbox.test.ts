@@ -14,6 +14,9 @@ function dyingSandbox(failures: number): SandboxClient & { sent: ExecRequest[] }
       if (sent.length <= failures) throw new TackError("bus.worker_lost", "the service handling sandbox.exec stopped answering", { retryable: true });
       return ExecResponse.fromPartial({ stdout: Buffer.from("ok\n"), exitCode: 0 });
     },
+    spawn: async () => {
+      throw new TackError("sandbox.not_found", "no container in this test");
+    },
   };
 }
 

@@ -1,12 +1,12 @@
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { CallToolRequest, CallToolResponse } from "@tack/proto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { declarations } from "../src/modes/code.js";
-import { compileProgram, DEFAULT_CODE_LIMITS, runProgram } from "../src/modes/isolate.js";
+import { compileProgram, DEFAULT_CODE_LIMITS, runProgram, type SpawnProgram } from "../src/modes/program.js";
 import { callTool, listTools } from "../src/registry.js";
 import { bash } from "../src/tools/bash.js";
 import { edit } from "../src/tools/edit.js";
@@ -130,19 +130,14 @@ describe("code mode", () => {
     expect(await call("run_code", { code: "1" }, "")).toMatchObject({ isError: true, content: expect.stringMatching(/^Not run: run_code is not a tool of mode standard; its tools are read, write, edit, glob, grep, bash, /) });
   });
 
-  it("code mode - no process, require, import, fetch or Node globals inside the program, nor through a leaked error", async () => {
-    const result = await runCode(`
-      const seen = [typeof process, typeof fetch, typeof Buffer, typeof setTimeout, typeof globalThis.require === "function"];
-      let viaImport = "";
-      try { await import("node:fs"); } catch (e) { viaImport = (e as Error).message; }
-      let viaConstructor = "";
-      try { (tools.read as any).constructor.constructor("return process")(); } catch (e) { viaConstructor = (e as Error).name; }
-      return [...seen, viaImport, viaConstructor];`);
-    expect(result.isError).toBe(false);
-    expect(JSON.parse(result.content.replace(/^returned: /, ""))).toEqual([
-      "undefined", "undefined", "undefined", "undefined", true,
-      "import and require are not available in run_code; use the tools object", "EvalError",
-    ]);
+  it("code mode - the program runs in a process of its own through the sandbox client, never in the service's process", async () => {
+    process.env.TACK_TEST_SERVICE_SECRET = "service-only";
+    try {
+      const result = await runCode(`return [process.pid === ${process.pid}, process.env.TACK_TEST_SERVICE_SECRET ?? "absent", typeof tools.read]`);
+      expect(result).toMatchObject({ isError: false, content: 'returned: [\n  false,\n  "absent",\n  "function"\n]' });
+    } finally {
+      delete process.env.TACK_TEST_SERVICE_SECRET;
+    }
   });
 
   it("code mode - an infinite loop is stopped at the wall-clock limit, keeping the output printed before", async () => {
@@ -164,14 +159,15 @@ describe("code mode", () => {
   });
 });
 
-describe("code isolate", () => {
+describe("code program", () => {
   const limits = { ...DEFAULT_CODE_LIMITS, calls: 3 };
-  it("code isolate - calls past the limit fail inside the program and never reach the tools", async () => {
+  const spawn: SpawnProgram = (argv, onOutput) => ws.sandbox.spawn({ sessionId: "s1", mode: "workspace-write", argv }, onOutput);
+  it("code program - calls past the limit fail inside the program and never reach the tools", async () => {
     const reached: string[] = [];
     const outcome = await runProgram(await compileProgram(`
       const results = [];
       for (let i = 0; i < 5; i++) results.push(await tools.echo({ i }).catch((e) => "refused: " + e.message));
-      return results;`), { tools: ["echo"], limits, callInner: async (_name, args) => (reached.push(args), { content: args, isError: false }) });
+      return results;`), { tools: ["echo"], limits, spawn, callInner: async (_name, args) => (reached.push(args), { content: args, isError: false }) });
     expect(reached).toEqual(['{"i":0}', '{"i":1}', '{"i":2}']);
     expect(outcome.calls).toBe(5);
     expect(JSON.parse((outcome.end as { value: string }).value)).toEqual([
@@ -181,10 +177,10 @@ describe("code isolate", () => {
     ]);
   });
 
-  it("code isolate - calls still running when the program ends are awaited, so every call made is answered", async () => {
+  it("code program - calls still running when the program ends are awaited, so every call made is answered", async () => {
     let answered = 0;
     const outcome = await runProgram(await compileProgram(`void tools.slow({}); return "ended"`), {
-      tools: ["slow"], limits,
+      tools: ["slow"], limits, spawn,
       callInner: async () => {
         await new Promise((resolve) => setTimeout(resolve, 300));
         answered += 1;
@@ -219,5 +215,57 @@ describe("code mode in the sandbox", () => {
     expect(response.content).toMatch(/^12\.\d+\n\/workspace\nhello from the program\nexit code: 0\nreturned: notes\/hi\.txt$/);
     expect(readFileSync(join(s.workspace, "notes/hi.txt"), "utf8")).toBe("hello from the program\n");
     expect(response.innerCalls.map((c) => [c.name, c.isError])).toEqual([["write", false], ["bash", false], ["glob", false]]);
+  });
+
+  it("code mode in the sandbox - the program runs as the sandbox user in the session's container and holds nothing of the tools service", async () => {
+    // The review's escape reached the tools service's realm and ran execSync there as root, reading
+    // its environment. Now whatever the program reaches is the container's: run the same steps.
+    process.env.TACK_TEST_SERVICE_SECRET = "tools-service-only";
+    try {
+      const code = `
+        const outer = (function () {}).constructor("return process")();
+        const shell = require("child_process").execSync("id -u; hostname; cat /proc/1/cmdline | tr '\\\\0' ' '", { encoding: "utf8" });
+        return {
+          sameProcess: outer === process,
+          uid: process.getuid(),
+          secret: process.env.TACK_TEST_SERVICE_SECRET ?? "absent",
+          env: Object.keys(process.env).filter((k) => !["PATH", "HOME", "LANG", "PWD", "SHLVL", "_"].includes(k)),
+          shell: shell.trim().split("\\n"),
+          cwd: process.cwd(),
+        };`;
+      const response = await s.call("run_code", { code });
+      expect(response.isError, response.content).toBe(false);
+      const seen = JSON.parse(response.content.replace(/^returned: /, "")) as { sameProcess: boolean; uid: number; secret: string; env: string[]; shell: string[]; cwd: string };
+      expect(seen.sameProcess).toBe(true);
+      expect(seen.uid).toBe(1000);
+      expect(seen.secret).toBe("absent");
+      expect(seen.env).toEqual([]);
+      expect(seen.cwd).toBe("/workspace");
+      expect(seen.shell[0]).toBe("1000");
+      // The container's hostname, not this host's; its PID 1 is the sandbox's exec agent.
+      expect(seen.shell[1]).not.toBe(hostname());
+      expect(seen.shell[2]).toMatch(/agent\.py/);
+    } finally {
+      delete process.env.TACK_TEST_SERVICE_SECRET;
+    }
+  });
+
+  it("code mode in the sandbox - a program that forges its channel gets refusals, never a tool outside its list", async () => {
+    // The program owns its runner's process: it can write protocol lines itself. A call of a tool
+    // that is not callable from run_code (a session tool, run_code itself) is refused by the service.
+    const forgedCall = await s.call("run_code", { code: `
+      const tag = (0, eval)("tag");
+      const fs = require("fs");
+      fs.writeSync(1, tag + JSON.stringify({ type: "call", id: 900, name: "todo_write", args: "{}" }) + "\\n");
+      fs.writeSync(1, "plain text on fd 1\\n");
+      let refused = "";
+      try { await (tools as any).run_code({ code: "1" }); } catch (e) { refused = (e as Error).message; }
+      await new Promise((r) => setTimeout(r, 500));
+      return refused;` });
+    expect(forgedCall.isError, forgedCall.content).toBe(false);
+    expect(forgedCall.content).toBe("plain text on fd 1\nreturned: tools.run_code is not a function");
+    expect(forgedCall.innerCalls.map((c) => c.name)).toEqual([]);
+    const malformed = await s.call("run_code", { code: `require("fs").writeSync(1, (0, eval)("tag") + "{not json\\n"); await new Promise((r) => setTimeout(r, 5000));` });
+    expect(malformed).toMatchObject({ isError: true, content: expect.stringContaining("sent a malformed message to the tools service") });
   });
 });

@@ -2,7 +2,8 @@ import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { escalationParameters } from "../permissions.js";
 import { defineTool, ToolError, type Tool } from "../tool.js";
-import { codeLimitsFromEnv, compileProgram, runProgram, type CodeLimits } from "./isolate.js";
+import { WORKSPACE } from "../tools/exec.js";
+import { codeLimitsFromEnv, compileProgram, runProgram, type CodeLimits } from "./program.js";
 
 const TEMPLATE = readFileSync(new URL("./code.txt", import.meta.url), "utf8").trim();
 
@@ -10,9 +11,10 @@ const TEMPLATE = readFileSync(new URL("./code.txt", import.meta.url), "utf8").tr
 const HIDDEN = new Set(Object.keys(escalationParameters));
 
 /**
- * run_code, code mode's only tool: a TypeScript program that calls the tools of `standard()` as
- * `tools.<name>(args)`, each call made through `ctx.callInner`, i.e. the normal `callTool` path
- * (validation, sandbox, span). Tools the loop carries out (`handler: "session"`) are left out: a
+ * run_code, code mode's only tool: a TypeScript program, run by node in the session's sandbox
+ * container under the call's mode (decision 0020), that calls the tools of `standard()` as
+ * `tools.<name>(args)`; each call comes back over the sandbox stream and is made through
+ * `ctx.callInner`, i.e. the normal `callTool` path (validation, sandbox, span). Tools the loop carries out (`handler: "session"`) are left out: a
  * call from a program never reaches the loop. Its description ends with TypeScript declarations
  * of the callable tools, generated from their schemas when first listed.
  */
@@ -38,6 +40,7 @@ export function runCodeTool(standard: () => readonly Tool[], limits: CodeLimits 
       const js = await compileProgram(code);
       const outcome = await runProgram(js, {
         tools: callable().map((t) => t.name), limits: { ...limits, wallMs: timeout_ms }, callInner: ctx.callInner, signal: ctx.signal,
+        spawn: (argv, onOutput) => ctx.sandbox.spawn({ sessionId: ctx.sessionId, mode: ctx.mode, argv, cwd: WORKSPACE }, onOutput),
       });
       const parts: string[] = [];
       if (outcome.output) parts.push(outcome.output.replace(/\n$/, ""));

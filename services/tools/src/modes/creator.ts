@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { discoverMicro, type Bus } from "@tack/bus";
 import type { DefinedTool, DefinedTools, ToolSpec } from "@tack/proto";
 import { z } from "zod";
+import { PatternError, zodOfJsonSchema } from "../linear-regex.js";
 import { defineTool, ToolError, type Tool } from "../tool.js";
 import { commandResult } from "../tools/bash.js";
 import { exec } from "../tools/exec.js";
@@ -113,8 +114,9 @@ function schemaOf(name: string, json: string): z.ZodType {
   }
   if ((schema as { type?: unknown })?.type !== "object") throw new ToolError(`parameters of ${name} must be an object schema ({"type": "object", "properties": {...}})`);
   try {
-    return z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
+    return zodOfJsonSchema(schema);
   } catch (error) {
+    if (error instanceof PatternError) throw new ToolError(`parameters of ${name}: pattern ${JSON.stringify(error.pattern)} ${error.message}`);
     throw new ToolError(`parameters of ${name} are not a JSON Schema this service can check: ${(error as Error).message}`);
   }
 }

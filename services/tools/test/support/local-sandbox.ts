@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
+import type { SandboxOutput, SandboxProcess, SandboxProcessExit, SandboxProcessRequest } from "@tack/bus";
 import type { EnsureSandboxRequest, ExecRequest, ExecResponse } from "@tack/proto";
 import { cancelledError, type SandboxClient } from "../../src/sandbox.js";
 
@@ -84,6 +85,35 @@ export class LocalSandboxClient implements SandboxClient {
       child.on("error", (error) => finish(127, `${file}: ${error.message}\n`));
       child.on("close", (code, killedBy) => finish(code ?? 128 + (killedBy === "SIGKILL" ? 9 : 15)));
     });
+  }
+
+  /** Starts argv as a host child process in the test directory (a run_code program's runner), as exec does. */
+  async spawn(request: SandboxProcessRequest, onOutput: SandboxOutput): Promise<SandboxProcess> {
+    const [file, ...args] = request.argv;
+    const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: this.#root, ...(this.#tmp && { TMPDIR: this.#tmp }), ...request.env };
+    const child = spawn(file ?? "", args, { cwd: this.#root, env, detached: true, stdio: "pipe" });
+    let reason = "";
+    const exit = new Promise<SandboxProcessExit>((resolve) => {
+      child.on("error", (error) => resolve({ code: 127, reason: error.message }));
+      child.on("close", (code, killedBy) => resolve({ code: code ?? 128 + (killedBy === "SIGKILL" ? 9 : 15), reason }));
+    });
+    child.stdout.on("data", (chunk: Buffer) => onOutput(1, chunk));
+    child.stderr.on("data", (chunk: Buffer) => onOutput(2, chunk));
+    child.stdin.on("error", () => undefined);
+    return {
+      pid: child.pid ?? -1,
+      exit,
+      write: (data) => void child.stdin.write(data),
+      endInput: () => void child.stdin.end(),
+      kill: (why = "killed by its caller") => {
+        reason = why;
+        try {
+          if (child.pid) process.kill(-child.pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+      },
+    };
   }
 }
 
