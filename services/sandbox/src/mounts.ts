@@ -4,6 +4,7 @@ import { basename, dirname, isAbsolute, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { TackError } from "@tack/bus";
+import { isInside } from "@tack/config";
 
 const run = promisify(execFile);
 
@@ -11,7 +12,9 @@ const run = promisify(execFile);
  * The host side of the warm pool: one directory per pool container ("slot"), made a shared
  * mount before the container is created so that the container's /workspace (bound with
  * rslave propagation) shows whatever is later mounted onto the slot. Claiming a container
- * binds the session's workspace onto its slot; releasing it unmounts it. Needs root in the
+ * mounts the session's workspace onto its slot; releasing it unmounts it. A container created
+ * directly gets a directory here too, holding its workspace, so that no container ever binds a
+ * workspace by its own path (decision 0020). Needs root in the
  * host's mount namespace. Everything lives under one replica directory, itself a private
  * mount so that none of this propagates elsewhere on the host. Nothing here ever deletes a
  * file: directories are removed with rmdir only, so a workspace still mounted is never touched.
@@ -27,12 +30,11 @@ export class SlotMounts {
   static async prepare(root: string): Promise<SlotMounts> {
     try {
       await mkdir(join(root, "slots"), { recursive: true, mode: 0o700 });
-      await mkdir(join(root, "stage"), { recursive: true, mode: 0o700 });
       if (!(await isMountPoint(root))) await mounts(`mount --bind "$1" "$1" && mount --make-private "$1"`, root);
     } catch (error) {
       throw new TackError(
         "sandbox.pool_unavailable",
-        `the warm pool cannot mount under ${root} (${(error as Error).message.trim().split("\n").at(-1)}); run the sandbox service as root on the Docker host, or set the pool size to 0`,
+        `the sandbox service cannot mount under ${root} (${(error as Error).message.trim().split("\n").at(-1)}), where it mounts every workspace and the warm pool's slots; run it as root on the Docker host`,
         { cause: error },
       );
     }
@@ -60,51 +62,31 @@ export class SlotMounts {
   }
 
   /**
-   * Mounts `workspace` onto the slot, where the slot's container sees it at /workspace. A
-   * read-only one is bound and remounted read-only in the private staging directory first and
-   * then moved onto the slot, because a remount does not propagate: the container must never
-   * see it writable, not even for a moment.
+   * Mounts the workspace `source` onto the slot, where the slot's container sees it at
+   * /workspace (see `mountWorkspace`: from a descriptor opened without symlinks, nosuid and
+   * nodev, read-only and ID-mapped as asked, attributes set before it is attached, so the
+   * container never sees it writable, not even for a moment). Returns what was mounted.
    */
-  async bind(slotId: string, workspace: string, readOnly: boolean): Promise<void> {
-    const slot = this.path(slotId);
-    try {
-      if (!readOnly) {
-        await mount("--bind", workspace, slot);
-        return;
-      }
-      const stage = join(this.#root, "stage", slotId);
-      await mkdir(stage, { recursive: true });
-      // One shell for the three steps (spawning a process is the slow part); paths go in as arguments, never as script text.
-      await mounts(`mount --bind "$1" "$2" && { mount -o remount,bind,ro,nosuid,nodev "$2" && mount --move "$2" "$3" || { umount "$2"; exit 1; }; }`, workspace, stage, slot);
-      await rmdir(stage);
-    } catch (error) {
-      throw new TackError("sandbox.pool_mount_failed", `could not mount workspace ${workspace} into pool slot ${slot}: ${(error as Error).message.trim()}`, { cause: error });
-    }
+  async bind(slotId: string, source: WorkspaceSource, readOnly: boolean, owner: Ids, user: Ids): Promise<DirIdentity> {
+    return mountWorkspace(source, this.path(slotId), readOnly, owner, user);
   }
 
   /**
-   * Mounts `workspace` onto the slot through an ID mapping (see `idmappedMount`): for a
-   * workspace whose owner is not the sandbox user.
+   * A new directory (not a shared mount: nothing is mounted onto it later) holding the
+   * workspace `source` as `bind` mounts it, for a container created directly, which binds this
+   * directory (root's, under the replica's private directory) and never the workspace's own
+   * path; removed like a slot.
    */
-  async bindMapped(slotId: string, workspace: string, readOnly: boolean, owner: Ids, user: Ids): Promise<void> {
-    await idmappedMount(workspace, this.path(slotId), readOnly, owner, user);
-  }
-
-  /**
-   * A new directory (not a shared mount: nothing is mounted onto it later) holding `workspace`
-   * through an ID mapping, for a container created directly; removed like a slot.
-   */
-  async createMapped(id: string, workspace: string, readOnly: boolean, owner: Ids, user: Ids): Promise<string> {
+  async createDirect(id: string, source: WorkspaceSource, readOnly: boolean, owner: Ids, user: Ids): Promise<{ path: string; identity: DirIdentity }> {
     if (!(await isMountPoint(this.#root))) await SlotMounts.prepare(this.#root);
     const path = this.path(id);
     await mkdir(path, { mode: 0o755 });
     try {
-      await idmappedMount(workspace, path, readOnly, owner, user);
+      return { path, identity: await mountWorkspace(source, path, readOnly, owner, user) };
     } catch (error) {
       await rmdir(path).catch(() => undefined);
       throw error;
     }
-    return path;
   }
 
   /** Unmounts everything on the slot and removes its (then empty) directory; a slot that is gone is fine. */
@@ -125,6 +107,7 @@ export class SlotMounts {
  */
 export async function removeSlotAt(path: string): Promise<void> {
   if (!isAbsolute(path) || basename(dirname(path)) !== "slots") return;
+  // A staging directory of the same name is what versions before decision 0020 may have left.
   const stage = join(dirname(dirname(path)), "stage", basename(path));
   for (const dir of [path, stage]) {
     await unmountAll(dir);
@@ -173,30 +156,63 @@ export interface Ids {
   readonly gid: number;
 }
 
-const IDMAP_HELPER = fileURLToPath(new URL("./idmap.py", import.meta.url));
+/** A workspace as the mount helper opens it: the allowed root it must lie under, and its canonical path (the root or inside it). */
+export interface WorkspaceSource {
+  readonly root: string;
+  readonly path: string;
+}
+
+/** The device and inode of a directory, as decimal strings (inode numbers may pass 2^53). */
+export interface DirIdentity {
+  readonly dev: string;
+  readonly ino: string;
+}
+
+const MOUNT_HELPER = fileURLToPath(new URL("./mount-workspace.py", import.meta.url));
 // The system's Python, never one found on PATH: the helper runs as root (and a version manager's shim adds ~250 ms).
 const SYSTEM_PYTHON = "/usr/bin/python3";
+// The helper's exit code when the workspace is not the directory that was checked.
+const CHANGED = 3;
 
 /**
- * Mounts `source` onto `target` so that files `owner` owns on disk appear owned by `user` (and
- * files `user` creates are stored as `owner`'s): an idmapped mount, decision 0008. Attributes
- * are set before the mount is attached, so a read-only one is never visible writable.
+ * Mounts the workspace `source` onto `target` from a descriptor, never by name (decision
+ * 0020): the helper opens it from its root without following symlinks, checks that it is a
+ * directory with the owner the service saw, clones the mount from that descriptor and sets
+ * nosuid, nodev, read-only as asked and, when `owner` is not `user`, an ID mapping (files
+ * `owner` owns on disk appear owned by `user` and what `user` creates is stored as `owner`'s,
+ * decision 0008), all before attaching it. Returns the device and inode it mounted. Fails with
+ * `sandbox.workspace_changed` when the path no longer leads to the directory that was checked,
+ * else with `sandbox.ownership_mapping_failed` (mapped) or `sandbox.workspace_mount_failed`.
  */
-export async function idmappedMount(source: string, target: string, readOnly: boolean, owner: Ids, user: Ids): Promise<void> {
+export async function mountWorkspace(source: WorkspaceSource, target: string, readOnly: boolean, owner: Ids, user: Ids): Promise<DirIdentity> {
+  const relative = source.path === source.root ? "" : source.path.slice(source.root.endsWith("/") ? source.root.length : source.root.length + 1);
+  if (!isInside(source.path, source.root)) throw new TackError("sandbox.bad_workspace", `workspace ${source.path} does not lie under ${source.root}; this is a bug in the sandbox service`);
   try {
-    await run(SYSTEM_PYTHON, ["-I", "-S", IDMAP_HELPER, source, target, String(owner.uid), String(owner.gid), String(user.uid), String(user.gid), readOnly ? "1" : "0"]);
+    const { stdout } = await run(SYSTEM_PYTHON, ["-I", "-S", MOUNT_HELPER, source.root, relative, target, String(owner.uid), String(owner.gid), String(user.uid), String(user.gid), readOnly ? "1" : "0"]);
+    const { dev, ino } = JSON.parse(stdout) as DirIdentity;
+    return { dev, ino };
   } catch (error) {
     const said = ((error as { stdout?: string }).stdout ?? "").trim() || (error as Error).message.trim();
+    if ((error as { code?: unknown }).code === CHANGED) {
+      throw new TackError(
+        "sandbox.workspace_changed",
+        `workspace ${source.path} changed while its sandbox was being made (${said}); a sandbox mounts only the directory that was checked, reached from ${source.root} without symlinks (decision 0020). Stop whatever renames or replaces it and retry`,
+        { details: { workspace: source.path } },
+      );
+    }
+    if (owner.uid !== user.uid || owner.gid !== user.gid) {
+      throw new TackError(
+        "sandbox.ownership_mapping_failed",
+        `could not mount workspace ${source.path} with its owner ${owner.uid}:${owner.gid} mapped to the sandbox user ${user.uid}:${user.gid} (${said}); run the sandbox service as root on a Linux >= 5.12 host with ${SYSTEM_PYTHON} (Debian package python3), or \`chown -R ${user.uid}:${user.gid} ${source.path}\``,
+        { cause: error },
+      );
+    }
     throw new TackError(
-      "sandbox.ownership_mapping_failed",
-      `could not mount workspace ${source} with its owner ${owner.uid}:${owner.gid} mapped to the sandbox user ${user.uid}:${user.gid} (${said}); run the sandbox service as root on a Linux >= 5.12 host with ${SYSTEM_PYTHON} (Debian package python3), or \`chown -R ${user.uid}:${user.gid} ${source}\``,
+      "sandbox.workspace_mount_failed",
+      `could not mount workspace ${source.path} for its sandbox (${said}); the sandbox service mounts every workspace itself from a descriptor it checked (decision 0020): run it as root on the Docker host, Linux >= 5.12, with ${SYSTEM_PYTHON} (Debian package python3)`,
       { cause: error },
     );
   }
-}
-
-async function mount(...args: string[]): Promise<void> {
-  await run("mount", args);
 }
 
 // Runs a fixed script of mount commands with `args` as its positional parameters ($1, $2, ...).

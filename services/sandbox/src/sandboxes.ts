@@ -5,7 +5,7 @@ import type { AgentChannel, AgentListing } from "./agent.js";
 import type { InstalledAgent } from "./agent-copy.js";
 import { ExecMemory } from "./calls.js";
 import type { SandboxBackend, SandboxInfo } from "./backend.js";
-import { reopen, startNew, type Started } from "./container.js";
+import { reopen, startNew, verifyWorkspace, type Started } from "./container.js";
 import { runExec } from "./exec.js";
 import { randomBytes } from "node:crypto";
 import { collectAbandoned, disposeReplicaDir, removeSlotAt, SlotMounts } from "./mounts.js";
@@ -119,20 +119,21 @@ export class Sandboxes {
     }
   }
 
-  /** Removes this replica's mount directory (the pool's slots and ID-mapped workspaces); only once no container of it is left. */
+  /** Removes this replica's mount directory (the pool's slots and the workspaces of containers created directly); only once no container of it is left. */
   async disposeMounts(): Promise<void> {
     const mounts = this.#pool?.mounts ?? (await this.#ownMounts?.catch(() => undefined));
     this.#ownMounts = undefined;
     await mounts?.dispose();
   }
 
-  // The replica directory holding ID-mapped workspaces: the pool's when there is one, else prepared on first need.
+  // The replica directory holding the workspaces of containers created directly: the pool's when there is one, else prepared on first need.
   #mounts(): Promise<SlotMounts> {
     if (this.#pool) return Promise.resolve(this.#pool.mounts);
     this.#ownMounts ??= SlotMounts.prepare(join(this.#options.poolDir, this.#options.namespace, this.#options.replicaId));
     return this.#ownMounts.catch((error: unknown) => {
       this.#ownMounts = undefined;
-      throw error;
+      // The same failure as the pool's, under the code of a workspace that cannot be mounted.
+      throw new TackError("sandbox.workspace_mount_failed", (error as Error).message, { cause: error });
     });
   }
 
@@ -259,6 +260,13 @@ export class Sandboxes {
       if (found && "owner" in found) return found;
       entry = found;
     }
+    // Killed at its memory limit (under gVisor the whole sandbox goes): started afresh for the next command, which the model cannot ensure itself.
+    if (entry?.channel && !entry.channel.alive && entry.channel.oomKilled) {
+      const killed = entry;
+      await this.#withLock(k, async () => {
+        if (this.#entries.get(k) === killed && !killed.channel?.alive) await this.#revive(killed);
+      });
+    }
     if (!entry?.channel?.alive) throw notFound(sessionId, mode, entry?.channel?.deadReason && `its exec agent stopped: ${entry.channel.deadReason}`);
     return entry as Entry & { channel: AgentChannel };
   }
@@ -383,15 +391,17 @@ export class Sandboxes {
         return this.#ownerNow(sessionId, mode);
       }
       try {
-        const readOnly = mode === "read-only";
-        const bound = needsMapping(workspace)
-          ? this.#pool.mounts.bindMapped(slot.slotId, workspace.path, readOnly, workspace.owner, workspace)
-          : this.#pool.mounts.bind(slot.slotId, workspace.path, readOnly);
-        await Promise.all([bound, this.#backend.rename(slot.containerId, containerName(this.#options.namespace, sessionId, mode))]);
+        const [identity] = await Promise.all([
+          this.#pool.mounts.bind(slot.slotId, workspace, mode === "read-only", workspace.owner, workspace),
+          this.#backend.rename(slot.containerId, containerName(this.#options.namespace, sessionId, mode)),
+        ]);
+        await verifyWorkspace(this.#backend, slot.containerId, identity, workspace.path, label(sessionId, mode));
       } catch (error) {
         slot.channel.close();
         await this.#pool.discard(slot);
         await this.#placements.delete(sessionId, mode, slot.containerId);
+        // The workspace is not what was checked: refused, never retried cold on whatever it is now.
+        if (error instanceof TackError && error.code === "sandbox.workspace_changed") throw error;
         this.#warn(`warm pool: claiming a container for session ${sessionId} failed, starting one cold: ${(error as Error).message}`);
         return this.#create(input, false);
       } finally {
@@ -420,7 +430,9 @@ export class Sandboxes {
     let started: Started | undefined;
     let mountPath: string | undefined;
     try {
-      if (mapped) mountPath = await (await this.#mounts()).createMapped(`direct-${randomBytes(6).toString("hex")}`, workspace.path, mode === "read-only", workspace.owner, workspace);
+      // Mounted by the service from a descriptor it checked; the container binds that mount, never the workspace's path (decision 0020).
+      const mounted = await (await this.#mounts()).createDirect(`direct-${randomBytes(6).toString("hex")}`, workspace, mode === "read-only", workspace.owner, workspace);
+      mountPath = mounted.path;
       started = await startNew(this.#backend, sandboxSpec({
         name: containerName(this.#options.namespace, sessionId, mode),
         image: this.#options.image,
@@ -432,15 +444,16 @@ export class Sandboxes {
           [LABELS.tenant]: input.tenant,
           [LABELS.mode]: mode,
           [LABELS.workspace]: workspace.path,
-          ...(mountPath ? { [LABELS.mount]: mountPath } : {}),
+          [LABELS.mount]: mountPath,
         },
         user: workspace,
-        workspace: { kind: "direct", path: mountPath ?? workspace.path, readOnly: mode === "read-only" },
+        workspace: { kind: "direct", path: mountPath, readOnly: mode === "read-only" },
         network: grant?.network ?? false,
         traits,
         agentDir: this.#agent.dir,
       }), label(sessionId, mode));
-      const placement: Placement = { ...base, container_id: started.id, ...(mountPath ? { slot: mountPath } : {}) };
+      await verifyWorkspace(this.#backend, started.id, mounted.identity, workspace.path, label(sessionId, mode));
+      const placement: Placement = { ...base, container_id: started.id, slot: mountPath };
       await this.#placements.update(sessionId, mode, placement, revision);
       this.#remember(sessionId, mode, placement, started.channel, this.#firstOfItsLine(sessionId, mode));
     } catch (error) {

@@ -1,7 +1,8 @@
+import { dirname } from "node:path";
 import { TackError } from "@tack/bus";
 import type { RuntimeTraits, SandboxSpec, WorkspaceMount } from "./backend.js";
 
-import { authorizeWorkspace, isSandboxMode, SANDBOX_MODES as MODES, WorkspaceAccessError, type OperatorConfig, type SandboxMode } from "@tack/config";
+import { authorizeWorkspace, isInside, isSandboxMode, SANDBOX_MODES as MODES, WorkspaceAccessError, type OperatorConfig, type SandboxMode } from "@tack/config";
 
 export { MODES, type SandboxMode };
 
@@ -36,8 +37,10 @@ export function parseMode(mode: string): SandboxMode {
 
 /** A host workspace directory and the unprivileged user that commands run as. */
 export interface Workspace {
-  /** Canonical host path (symlinks resolved), bind-mounted at /workspace. */
+  /** Canonical host path (symlinks resolved), mounted at /workspace. */
   readonly path: string;
+  /** The allowed directory it lies under (the tenant's root, or its managed workspaces directory): the mount opens it from there without symlinks. */
+  readonly root: string;
   /** The sandbox user, fixed by the operator's configuration (never the workspace owner's id). */
   readonly uid: number;
   readonly gid: number;
@@ -59,13 +62,20 @@ export function needsMapping(workspace: Workspace): boolean {
  */
 export function resolveWorkspace(path: string, tenant: string, config: OperatorConfig): Workspace {
   try {
-    const { path: canonical, owner } = authorizeWorkspace(config, tenant, path);
-    return { path: canonical, ...config.sandbox, owner };
+    const { path: canonical, owner, managed } = authorizeWorkspace(config, tenant, path);
+    return { path: canonical, root: allowedRoot(canonical, managed, config.tenants[tenant]?.workspace_roots ?? []), ...config.sandbox, owner };
   } catch (error) {
     if (!(error instanceof WorkspaceAccessError)) throw error;
     const code = error.reason === "forbidden" ? "sandbox.workspace_forbidden" : error.reason === "missing" ? "sandbox.workspace_missing" : "sandbox.bad_workspace";
     throw new TackError(code, error.message, { details: error.details });
   }
+}
+
+// The root `canonical` was allowed under: a managed workspace's directory (exactly one level up), else the closest tenant root holding it.
+function allowedRoot(canonical: string, managed: boolean, roots: readonly string[]): string {
+  if (managed) return dirname(canonical);
+  const holding = roots.filter((root) => isInside(canonical, root)).sort((a, b) => b.length - a.length);
+  return holding[0] ?? "/";
 }
 
 /** The name of a session's container of one mode: `.` cannot occur in ids, so the name parses back. */

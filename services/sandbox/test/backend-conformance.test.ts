@@ -287,11 +287,21 @@ function conformance({ name, runtime, make }: BackendUnderTest): void {
       await writeFile(join(owned, "theirs"), "theirs\n");
       await chown(join(owned, "theirs"), OWNER.uid, OWNER.gid);
       mounts ??= await SlotMounts.prepare(await tempDir({ uid: 0, gid: 0 }));
-      const mapped = await mounts.createMapped(`conformance-${randomBytes(4).toString("hex")}`, owned, false, OWNER, USER);
+      const { path: mapped } = await mounts.createDirect(`conformance-${randomBytes(4).toString("hex")}`, { root: owned, path: owned }, false, OWNER, USER);
       const started = await start("mapped", { workspace: { kind: "direct", path: mapped, readOnly: false } });
       expect((await run(started.channel, "stat -c '%u:%g' /workspace/theirs; echo mine > /workspace/mine; cat /workspace/theirs")).stdout).toBe("1000:1000\ntheirs\n");
       expect(await stat(join(owned, "mine"))).toMatchObject({ uid: OWNER.uid, gid: OWNER.gid });
       await backend.remove(started.id);
+    });
+
+    it(`${name} - workspace: workspaceIdentity is the host device and inode of what the running sandbox is served at /workspace`, async () => {
+      const started = await start("identity");
+      const host = await stat(workspace, { bigint: true });
+      expect(await backend.workspaceIdentity(started.id, "identity")).toEqual({ dev: String(host.dev), ino: String(host.ino) });
+      await backend.stop(started.id, "identity");
+      expect(await backend.workspaceIdentity(started.id, "identity")).toBeUndefined();
+      await backend.remove(started.id);
+      expect(await backend.workspaceIdentity(started.id, "identity")).toBeUndefined();
     });
 
     it(`${name} - network: grantNetwork gives a networked sandbox an interface beyond loopback under the networked runtime`, async () => {

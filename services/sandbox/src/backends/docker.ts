@@ -21,6 +21,7 @@ import type {
 import { AGENT_MOUNT, WORKSPACE_MOUNT } from "../spec.js";
 import { Egress } from "./docker-egress.js";
 import { dockerFailure, engineRuntimes, statusOf, type RuntimeInfo } from "./docker-engine.js";
+import { servedIdentity } from "./docker-served.js";
 
 // The engine's runtimes change only when dockerd restarts; re-read them this often.
 const RUNTIMES_FRESH_MS = 10_000;
@@ -138,7 +139,8 @@ export class DockerBackend implements SandboxBackend {
     await this.#egress.stop(removeShared);
   }
 
-  async runtime(): Promise<RuntimeTraits> {
+  // The engine's runtimes, read again when older than RUNTIMES_FRESH_MS.
+  #engineRuntimes(): Promise<Record<string, RuntimeInfo>> {
     if (!this.#runtimes || Date.now() - this.#runtimes.at > RUNTIMES_FRESH_MS) {
       const read = engineRuntimes(this.#docker);
       this.#runtimes = { at: Date.now(), read };
@@ -147,7 +149,11 @@ export class DockerBackend implements SandboxBackend {
         if (this.#runtimes?.read === read) this.#runtimes = undefined;
       });
     }
-    const runtimes = await this.#runtimes.read;
+    return this.#runtimes.read;
+  }
+
+  async runtime(): Promise<RuntimeTraits> {
+    const runtimes = await this.#engineRuntimes();
     const found = runtimes[this.#runtime];
     if (!found) {
       throw new TackError(
@@ -219,6 +225,21 @@ export class DockerBackend implements SandboxBackend {
       if (statusOf(error) === 404) return undefined;
       throw dockerFailure(error, `inspect the sandbox container of ${label}`);
     }
+  }
+
+  async workspaceIdentity(id: string, label: string): Promise<{ dev: string; ino: string } | undefined> {
+    let inspected: { Id: string; State: { Running: boolean; Pid: number }; HostConfig: { Runtime?: string } };
+    try {
+      inspected = await this.#docker.getContainer(id).inspect();
+    } catch (error) {
+      if (statusOf(error) === 404) return undefined;
+      throw dockerFailure(error, `inspect the sandbox container of ${label}`);
+    }
+    if (!inspected.State.Running || !inspected.State.Pid) return undefined;
+    // Its own runtime: a networked sandbox runs under the configured one's twin.
+    const runtime = inspected.HostConfig.Runtime || this.#runtime;
+    const gvisor = runtimeTraits(runtime, (await this.#engineRuntimes())[runtime] ?? {}).userspaceKernel;
+    return servedIdentity(inspected.State.Pid, inspected.Id, gvisor, WORKSPACE_MOUNT);
   }
 
   async rename(id: string, name: string): Promise<void> {
