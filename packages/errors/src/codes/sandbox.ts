@@ -40,10 +40,12 @@ export const SANDBOX_CODES = {
   "sandbox.spawn_failed": spec(502, "INTERNAL", false, "A long-lived process did not start in the sandbox (the message quotes its exit code and stderr); fix the command."),
   "sandbox.too_many_streams": spec(429, "RESOURCE_EXHAUSTED", true, "This sandbox replica holds the most stdio streams it serves; close some, or retry later."),
   "sandbox.unavailable": spec(503, "UNAVAILABLE", false, "This sandbox replica serves no stdio streams; send the request to a replica that does."),
+  "sandbox.workspace_changed": spec(409, "ABORTED", false, "The workspace path stopped leading to the directory that was checked while its sandbox was made (a symlink or another directory took its place), or the started sandbox was served another directory; nothing was kept. Stop whatever renames the workspace and retry."),
   "sandbox.workspace_exists": spec(409, "ALREADY_EXISTS", false, "A managed workspace with this id already exists for the tenant; pick another id."),
   "sandbox.workspace_forbidden": spec(403, "PERMISSION_DENIED", false, "The workspace is outside the tenant's workspace roots or is (or contains) Tack's own install or state; use a directory under the roots."),
   "sandbox.workspace_mismatch": spec(403, "PERMISSION_DENIED", false, "The request names a workspace other than the one the session was created with; a sandbox only mounts its session's workspace."),
   "sandbox.workspace_missing": spec(404, "NOT_FOUND", false, "The workspace directory does not exist on the sandbox host; create it or give an existing one."),
+  "sandbox.workspace_mount_failed": spec(500, "FAILED_PRECONDITION", false, "The sandbox service could not mount the workspace itself (it mounts every workspace from a descriptor it checked); run it as root on the Docker host, Linux >= 5.12, with /usr/bin/python3."),
   "sandbox.workspace_not_found": spec(404, "NOT_FOUND", false, "The managed workspace does not exist on this sandbox host; list the tenant's workspaces with GET /v1/workspaces."),
   "sandbox.workspace_quota": spec(413, "RESOURCE_EXHAUSTED", false, "The tenant's managed workspaces would hold more than its max_workspace_bytes; delete a workspace or ask the operator to raise the quota."),
 } as const;
