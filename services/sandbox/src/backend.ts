@@ -181,7 +181,7 @@ export interface SandboxBackend {
    * The host device and inode (decimal strings) of the directory the running sandbox is served
    * at /workspace, read on the host where its runtime takes its files from (the container's own
    * mount namespace; gVisor's file proxy); undefined when it does not run. The service compares
-   * it with the directory it mounted (decision 0020), so a backend that cannot tell must fail.
+   * it with the directory it mounted (decision 0021), so a backend that cannot tell must fail.
    */
   workspaceIdentity(id: string, label: string): Promise<{ readonly dev: string; readonly ino: string } | undefined>;
   /** Gives it `name`, removing a sandbox that holds the name. */

@@ -71,7 +71,7 @@ export async function reopen(backend: SandboxBackend, id: string, label: string)
 /**
  * Checks that the running sandbox `id` is served, at /workspace, the directory the service
  * mounted for it (`expected`: device and inode from the mount helper), read on the host
- * (decision 0020). Anything else, or a sandbox that no longer runs, fails with
+ * (decision 0021). Anything else, or a sandbox that no longer runs, fails with
  * `sandbox.workspace_changed`; the caller removes the sandbox.
  */
 export async function verifyWorkspace(backend: SandboxBackend, id: string, expected: DirIdentity, workspace: string, label: string): Promise<void> {
@@ -79,7 +79,7 @@ export async function verifyWorkspace(backend: SandboxBackend, id: string, expec
   if (seen?.dev === expected.dev && seen.ino === expected.ino) return;
   throw new TackError(
     "sandbox.workspace_changed",
-    `the sandbox of ${label} was served ${seen ? `device ${seen.dev} inode ${seen.ino}` : "nothing (it stopped)"} at /workspace instead of workspace ${workspace} (device ${expected.dev} inode ${expected.ino}), which was checked and mounted for it; it was removed. A sandbox only runs on the directory that was checked (decision 0020): stop whatever renames or replaces the workspace and retry`,
+    `the sandbox of ${label} was served ${seen ? `device ${seen.dev} inode ${seen.ino}` : "nothing (it stopped)"} at /workspace instead of workspace ${workspace} (device ${expected.dev} inode ${expected.ino}), which was checked and mounted for it; it was removed. A sandbox only runs on the directory that was checked (decision 0021): stop whatever renames or replaces the workspace and retry`,
     { details: { workspace } },
   );
 }

@@ -5,7 +5,7 @@
 The service checked the workspace by path (inside the tenant's roots, never Tack's own files),
 but a path can change between that check and a mount by name: a session that swaps a directory
 of its workspace with a symlink to / would have the next session's mount follow the link
-(decision 0020). So the directory is opened once, with openat2 from ROOT (the allowed root it
+(decision 0021). So the directory is opened once, with openat2 from ROOT (the allowed root it
 lies under, itself opened without symlinks) along RELATIVE with RESOLVE_BENEATH |
 RESOLVE_NO_SYMLINKS: whatever is renamed meanwhile, the descriptor is a directory reached from
 ROOT through real directories only, and it must still have the owner the service checked. The

@@ -14,7 +14,7 @@ const run = promisify(execFile);
  * rslave propagation) shows whatever is later mounted onto the slot. Claiming a container
  * mounts the session's workspace onto its slot; releasing it unmounts it. A container created
  * directly gets a directory here too, holding its workspace, so that no container ever binds a
- * workspace by its own path (decision 0020). Needs root in the
+ * workspace by its own path (decision 0021). Needs root in the
  * host's mount namespace. Everything lives under one replica directory, itself a private
  * mount so that none of this propagates elsewhere on the host. Nothing here ever deletes a
  * file: directories are removed with rmdir only, so a workspace still mounted is never touched.
@@ -107,7 +107,7 @@ export class SlotMounts {
  */
 export async function removeSlotAt(path: string): Promise<void> {
   if (!isAbsolute(path) || basename(dirname(path)) !== "slots") return;
-  // A staging directory of the same name is what versions before decision 0020 may have left.
+  // A staging directory of the same name is what versions before decision 0021 may have left.
   const stage = join(dirname(dirname(path)), "stage", basename(path));
   for (const dir of [path, stage]) {
     await unmountAll(dir);
@@ -176,7 +176,7 @@ const CHANGED = 3;
 
 /**
  * Mounts the workspace `source` onto `target` from a descriptor, never by name (decision
- * 0020): the helper opens it from its root without following symlinks, checks that it is a
+ * 0021): the helper opens it from its root without following symlinks, checks that it is a
  * directory with the owner the service saw, clones the mount from that descriptor and sets
  * nosuid, nodev, read-only as asked and, when `owner` is not `user`, an ID mapping (files
  * `owner` owns on disk appear owned by `user` and what `user` creates is stored as `owner`'s,
@@ -196,7 +196,7 @@ export async function mountWorkspace(source: WorkspaceSource, target: string, re
     if ((error as { code?: unknown }).code === CHANGED) {
       throw new TackError(
         "sandbox.workspace_changed",
-        `workspace ${source.path} changed while its sandbox was being made (${said}); a sandbox mounts only the directory that was checked, reached from ${source.root} without symlinks (decision 0020). Stop whatever renames or replaces it and retry`,
+        `workspace ${source.path} changed while its sandbox was being made (${said}); a sandbox mounts only the directory that was checked, reached from ${source.root} without symlinks (decision 0021). Stop whatever renames or replaces it and retry`,
         { details: { workspace: source.path } },
       );
     }
@@ -209,7 +209,7 @@ export async function mountWorkspace(source: WorkspaceSource, target: string, re
     }
     throw new TackError(
       "sandbox.workspace_mount_failed",
-      `could not mount workspace ${source.path} for its sandbox (${said}); the sandbox service mounts every workspace itself from a descriptor it checked (decision 0020): run it as root on the Docker host, Linux >= 5.12, with ${SYSTEM_PYTHON} (Debian package python3)`,
+      `could not mount workspace ${source.path} for its sandbox (${said}); the sandbox service mounts every workspace itself from a descriptor it checked (decision 0021): run it as root on the Docker host, Linux >= 5.12, with ${SYSTEM_PYTHON} (Debian package python3)`,
       { cause: error },
     );
   }

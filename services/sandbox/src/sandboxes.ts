@@ -430,7 +430,7 @@ export class Sandboxes {
     let started: Started | undefined;
     let mountPath: string | undefined;
     try {
-      // Mounted by the service from a descriptor it checked; the container binds that mount, never the workspace's path (decision 0020).
+      // Mounted by the service from a descriptor it checked; the container binds that mount, never the workspace's path (decision 0021).
       const mounted = await (await this.#mounts()).createDirect(`direct-${randomBytes(6).toString("hex")}`, workspace, mode === "read-only", workspace.owner, workspace);
       mountPath = mounted.path;
       started = await startNew(this.#backend, sandboxSpec({

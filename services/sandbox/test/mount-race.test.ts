@@ -1,6 +1,6 @@
 // A workspace path checked, then mounted: a session swaps a directory of its workspace with a
 // symlink to / in a tight loop while other sessions are created on that directory. Each of them
-// must get the directory that was checked or a clear refusal, never the host's root (decision 0020).
+// must get the directory that was checked or a clear refusal, never the host's root (decision 0021).
 import { randomBytes } from "node:crypto";
 import { chown, mkdir, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -91,7 +91,7 @@ describe("sandbox workspace mounted from what was checked", () => {
     for (const outcome of served) expect(outcome.listing, outcome.session).toBe(`${marker}\n`);
     // Every refusal names the rule: the path led outside the roots (or nowhere, mid-swap) when checked, or changed before the mount.
     for (const outcome of refused) {
-      expect(outcome.refused, outcome.session).toMatch(/^sandbox\.workspace_forbidden: workspace \/ is outside|^sandbox\.workspace_missing: workspace \S+ does not exist|^sandbox\.workspace_changed: .*decision 0020/);
+      expect(outcome.refused, outcome.session).toMatch(/^sandbox\.workspace_forbidden: workspace \/ is outside|^sandbox\.workspace_missing: workspace \S+ does not exist|^sandbox\.workspace_changed: .*decision 0021/);
     }
     // Not vacuous: about half of the attempts find the directory in place at both moments.
     expect(served.length).toBeGreaterThan(0);

@@ -1,6 +1,6 @@
 // Where a running Docker container's files are served from, seen from the host: the directory
 // through which the service reads the device and inode of what the container has at
-// /workspace (decision 0020). Under runc that is the container's own mount namespace; under
+// /workspace (decision 0021). Under runc that is the container's own mount namespace; under
 // gVisor the sandbox kernel sees nothing of the host and its file proxy (the gofer) holds the
 // container's mounts instead.
 import { readdir, readFile, stat } from "node:fs/promises";
