@@ -73,16 +73,18 @@ describe("bus permission table", () => {
     for (const verb of ["PING", "INFO", "STATS"]) expect(subscribers(`$SRV.${verb}`)).toEqual(["gateway", "loop", "llm", "tools", "sandbox", "skills", "mcp"]);
     expect(subscribers("$SRV.INFO.tack-mcp")).toEqual(["mcp"]);
     // mcp.list and mcp.call are the MCP bridge's own, asked by the loop; the bridge reaches the sandbox only to
-    // run stdio servers there (ensure, a stdio stream's open and input), and only it reads the streams' output.
+    // run stdio servers there (ensure, a stdio stream's open and input); the tools service opens streams for
+    // run_code programs (decision 0020); only those two read the streams' output.
     expect(subscribers(n.mcpCall)).toEqual(["mcp"]);
     expect(subscribers(n.mcpList)).toEqual(["mcp"]);
     expect(publishers(n.mcpList)).toEqual(["loop"]);
     expect(publishers(n.mcpCall)).toEqual(["loop"]);
     expect(table.mcp.publish).toEqual([n.sandboxEnsure, "acme.sandbox.stdio.open", "acme.sandbox.stdio.in.*"]);
-    expect(publishers("acme.sandbox.stdio.in.0123456789abcdef0123456789abcdef")).toEqual(["mcp"]);
+    expect(publishers("acme.sandbox.stdio.in.0123456789abcdef0123456789abcdef")).toEqual(["tools", "mcp"]);
+    expect(publishers("acme.sandbox.stdio.open")).toEqual(["tools", "mcp"]);
     expect(subscribers("acme.sandbox.stdio.in.0123456789abcdef0123456789abcdef")).toEqual(["sandbox"]);
     expect(publishers("acme.sandbox.stdio.out.0123456789abcdef0123456789abcdef")).toEqual(["sandbox"]);
-    expect(subscribers("acme.sandbox.stdio.out.0123456789abcdef0123456789abcdef")).toEqual(["sandbox", "mcp"]);
+    expect(subscribers("acme.sandbox.stdio.out.0123456789abcdef0123456789abcdef")).toEqual(["tools", "sandbox", "mcp"]);
     expect(subscribers("acme.sandbox.stdio.open")).toEqual(["sandbox"]);
     expect(subscribers("$SRV.PING.tack-loop")).toEqual(["loop"]);
     expect(subscribers("$SRV.STATS.tack-sandbox.ABC123")).toEqual(["sandbox"]);
