@@ -22,6 +22,13 @@ const EXPLAIN_WITHIN_MS = 2000;
 const LIST_TIMEOUT_MS = 10_000;
 /** Most processes one listing carries, and most characters of each command line (the agent cuts at the same sizes). */
 export const LISTING_LIMITS = { processes: 512, command: 1024 } as const;
+/**
+ * What a command's stderr ends with when the kernel's OOM killer ended it: the agent's own line
+ * under runc, where the kernel kills the command; the same line, and what else went, when the
+ * whole sandbox was killed (gVisor's memory cgroup holds its kernel, so the host kills all of it).
+ */
+export const OOM_LINE = "tack-agent: killed by the kernel's out-of-memory killer: the sandbox reached its memory limit\n";
+const SANDBOX_OOM_LINES = `${OOM_LINE}tack-agent: the whole sandbox went with it; the next command runs in a fresh one (the workspace is kept; /tmp, HOME and background processes are not)\n`;
 
 /** One command for the agent. */
 export interface AgentCommand {
@@ -133,7 +140,7 @@ interface Header {
  */
 export class AgentChannel {
   readonly #streams: AgentStreams;
-  readonly #stopped: () => Promise<string | undefined>;
+  readonly #stopped: () => Promise<StopCause | undefined>;
   readonly #label: string;
   readonly #pending = new Map<string, Pending>();
   readonly #listings = new Map<string, PendingListing>();
@@ -145,9 +152,10 @@ export class AgentChannel {
   #stderrTail = "";
   #hello: ((error?: TackError) => void) | undefined;
   #deadReason: string | undefined;
+  #oomKilled = false;
   readonly #onDead: Array<(reason: string) => void> = [];
 
-  private constructor(streams: AgentStreams, stopped: () => Promise<string | undefined>, label: string) {
+  private constructor(streams: AgentStreams, stopped: () => Promise<StopCause | undefined>, label: string) {
     this.#streams = streams;
     this.#stopped = stopped;
     this.#label = label;
@@ -172,6 +180,11 @@ export class AgentChannel {
   /** Why the channel is dead, if it is. */
   get deadReason(): string | undefined {
     return this.#deadReason;
+  }
+
+  /** True once the channel died because the container went over its memory limit (its next use may restart it). */
+  get oomKilled(): boolean {
+    return this.#oomKilled;
   }
 
   /** Calls `listener` once when the channel dies. */
@@ -398,8 +411,23 @@ export class AgentChannel {
     const withTail = (what: string) => (tail ? `${what}; its last words: ${tail}` : what);
     this.#deadReason = withTail(reason);
     void (explain ? this.#stopped() : Promise.resolve(undefined)).then((cause) => {
-      if (cause) this.#deadReason = withTail(cause);
+      if (cause) this.#deadReason = withTail(cause.text);
+      this.#oomKilled = cause?.oomKilled === true;
       this.#hello?.(this.#failure(this.#deadReason ?? reason));
+      // Out of memory is the command's own doing: it gets the result runc's agent would give (137 and the OOM line), not a lost channel.
+      if (this.#oomKilled) {
+        for (const [id, pending] of this.#pending) {
+          clearTimeout(pending.timer);
+          this.#pending.delete(id);
+          pending.resolve({
+            exitCode: 137,
+            stdout: Buffer.concat(pending.stdout),
+            stderr: Buffer.concat([...pending.stderr, Buffer.from(SANDBOX_OOM_LINES)]),
+            timedOut: false,
+            truncated: pending.truncated,
+          });
+        }
+      }
       for (const waiting of [this.#pending, this.#listings]) {
         for (const [id, pending] of waiting) {
           clearTimeout(pending.timer);
@@ -429,14 +457,20 @@ export class AgentChannel {
   }
 }
 
+/** Why a sandbox stopped, as the backend tells it. */
+interface StopCause {
+  readonly text: string;
+  readonly oomKilled: boolean;
+}
+
 // Why the sandbox stopped, once the backend knows it stopped: the memory limit, or the agent's exit.
-async function stopCause(backend: SandboxBackend, id: string, label: string): Promise<string | undefined> {
+async function stopCause(backend: SandboxBackend, id: string, label: string): Promise<StopCause | undefined> {
   const deadline = Date.now() + EXPLAIN_WITHIN_MS;
   while (Date.now() < deadline) {
     const state = await backend.state(id, label).catch(() => undefined);
     if (!state) return undefined;
-    if (state.oomKilled) return "the container was killed for going over its memory limit";
-    if (!state.running) return `the container stopped: its exec agent exited with code ${state.exitCode}`;
+    if (state.oomKilled) return { text: "the container was killed for going over its memory limit", oomKilled: true };
+    if (!state.running) return { text: `the container stopped: its exec agent exited with code ${state.exitCode}`, oomKilled: false };
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   return undefined;
