@@ -9,6 +9,7 @@ import {
   CallToolResponse, ReadHooksConfigRequest, ReadHooksConfigResponse, RunHookRequest, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type ToolCall,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
+import { LinearRegExp } from "@tack/tools-service/linear-regex";
 import { approvalPolicyOf, sandboxModeOf, toolApprovalPlan, type CallPlan } from "./approvals.js";
 import { planModeOf } from "./session-tools.js";
 
@@ -189,7 +190,9 @@ export function matcherTest(matcher: string): (name: string) => boolean {
     const names = new Set(matcher.split("|"));
     return (name) => names.has(name);
   }
-  const regex = new RegExp(matcher);
+  // The matcher comes from a repository's settings and the name it is tested on from the model:
+  // a backtracking engine could spend minutes on one pair, so it runs on RE2 (linear time).
+  const regex = new LinearRegExp(matcher);
   return (name) => regex.test(name);
 }
 

@@ -8,6 +8,7 @@ import { TackError } from "@tack/bus";
 import type { Approval, McpServerConfig } from "./config.js";
 import { renderContent, type McpContentBlock } from "./content.js";
 import { publicToolName } from "./names.js";
+import { linearSchemaValidator } from "./schema-validator.js";
 import { createTransport, spawnOnHost, tail, type HttpOptions, type Spawn, type SpawnedTransport } from "./transport.js";
 
 /** Longest description passed to the model; a longer one is cut and says so. */
@@ -240,7 +241,7 @@ export class McpBridge {
   async #connect(c: Connection): Promise<void> {
     const spawned = createTransport(c.name, c.config, this.#spawn, this.#http);
     const stderr = tail(spawned.stderr);
-    const client = new Client({ name: "tack-mcp", version: "0.1.0" }, { capabilities: {} });
+    const client = new Client({ name: "tack-mcp", version: "0.1.0" }, { capabilities: {}, jsonSchemaValidator: linearSchemaValidator });
     c.spawned = spawned;
     c.client = client;
     try {

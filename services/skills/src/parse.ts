@@ -34,6 +34,48 @@ export interface ParsedSkill {
 /** What is wrong with a skill file, in one line: file, field, problem, fix. */
 export class SkillProblem extends Error {}
 
+/**
+ * Longest front matter parsed. YAML parsers are not linear on hostile input (the yaml package
+ * checks each key against all before it, and nests by recursion): 190 KB of `k1: v` lines took
+ * 3 s, and a skill file may have 256 KB. A front matter holds a name, a description (at most
+ * 1,024 characters by the Agent Skills spec) and a few short fields, so 8 KB is plenty, and
+ * the worst 8 KB that passes nestingOf parses in about 200 ms.
+ */
+export const MAX_FRONT_MATTER_CHARS = 8 * 1024;
+/** Deepest nesting of flow collections (`[`, `{`) or compact entries (`- - -`) parsed; deeper is refused before the parser recurses into a stack overflow. */
+export const MAX_FRONT_MATTER_DEPTH = 32;
+
+/**
+ * An upper bound of how deep `yaml` nests: open `[`/`{` outside quotes, plus `- ` or `? `
+ * entries opened on one line. Linear, and conservative (a bracket in a plain scalar counts).
+ */
+function nestingOf(yaml: string): number {
+  let deepest = 0;
+  let flow = 0;
+  let quote = "";
+  let compact = 0;
+  let lineStart = true;
+  for (let i = 0; i < yaml.length; i++) {
+    const c = yaml[i]!;
+    if (c === "\n") {
+      lineStart = true;
+      compact = 0;
+      continue;
+    }
+    if (quote) {
+      if (c === quote) quote = "";
+      continue;
+    }
+    if (c === '"' || c === "'") quote = c;
+    else if (c === "[" || c === "{") flow++;
+    else if (c === "]" || c === "}") flow = Math.max(0, flow - 1);
+    else if ((c === "-" || c === "?" || c === ":") && yaml[i + 1] === " " && (lineStart || compact > 0)) compact++;
+    else if (c !== " ") lineStart = false;
+    deepest = Math.max(deepest, flow + compact);
+  }
+  return deepest;
+}
+
 const FENCE = /^---[ \t]*\r?\n/;
 const CLOSE = /^---[ \t]*$/m;
 
@@ -50,6 +92,12 @@ export function parseSkill(path: string, text: string, fallbackName: string): Pa
   const close = CLOSE.exec(rest);
   if (!close) throw new SkillProblem(`${path}: the front matter is never closed; add a line "---" after its last field`);
   const yamlText = rest.slice(0, close.index);
+  if (yamlText.length > MAX_FRONT_MATTER_CHARS) {
+    throw new SkillProblem(`${path}: the front matter is ${yamlText.length} characters, more than the ${MAX_FRONT_MATTER_CHARS} a skill's may have; keep name, description and short fields there and move the rest into the body`);
+  }
+  if (nestingOf(yamlText) > MAX_FRONT_MATTER_DEPTH) {
+    throw new SkillProblem(`${path}: the front matter nests more than ${MAX_FRONT_MATTER_DEPTH} levels deep (lists or maps in lists or maps); flatten it`);
+  }
   const body = rest.slice(close.index + close[0].length).replace(/^\r?\n/, "");
   let data: unknown;
   try {

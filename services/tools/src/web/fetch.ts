@@ -10,7 +10,7 @@ import {
   checkUrl, dnsServerResolver, GuardError, parseAllowList, pinnedLookup, resolveDestination, systemResolver,
   type Destination, type GuardPolicy, type Resolver,
 } from "./guard.js";
-import { htmlToMarkdown } from "./markdown.js";
+import { documentToMarkdown, HtmlBudgetError, parseHtmlWithin } from "./markdown.js";
 
 /** How web_fetch may reach the network; every field has a safe default. */
 export interface WebFetchOptions {
@@ -28,6 +28,8 @@ export interface WebFetchOptions {
   readonly maxBodyBytes?: number;
   /** Characters of result text; default 100,000. */
   readonly maxResultChars?: number;
+  /** Time the HTML parse may take, of the call's; default 10 s. */
+  readonly parseTimeoutMs?: number;
   /** Redirects followed; default 5. */
   readonly maxRedirects?: number;
   /** CA certificates (PEM) trusted for https besides Node's bundled roots: an operator's internal CA. */
@@ -61,6 +63,7 @@ export function createWebFetch(options: WebFetchOptions = {}): Tool<typeof param
     maxBodyBytes: options.maxBodyBytes ?? 5 * 1024 * 1024,
     maxResultChars: options.maxResultChars ?? 100_000,
     maxRedirects: options.maxRedirects ?? 5,
+    parseTimeoutMs: options.parseTimeoutMs ?? 10_000,
   };
   return defineTool({
     name: "web_fetch",
@@ -87,7 +90,7 @@ export const webFetch = createWebFetch(webFetchOptionsFromEnv());
 interface Fetching {
   readonly policy: GuardPolicy;
   readonly resolve: Resolver;
-  readonly limits: { readonly timeoutMs: number; readonly maxBodyBytes: number; readonly maxResultChars: number; readonly maxRedirects: number };
+  readonly limits: { readonly timeoutMs: number; readonly maxBodyBytes: number; readonly maxResultChars: number; readonly maxRedirects: number; readonly parseTimeoutMs: number };
   readonly tls: { readonly ca?: string[] };
   readonly signal: AbortSignal;
 }
@@ -166,7 +169,14 @@ async function readResult(url: URL, chain: readonly string[], response: Response
     throw new ToolError(`web_fetch got a body without content type from ${url.href} that looks binary; it only returns text`);
   }
   const html = HTML_TYPES.has(mime) && format === "markdown";
-  if (html) body = htmlToMarkdown(body);
+  if (html) {
+    try {
+      body = documentToMarkdown(await parseHtmlWithin(body, { timeoutMs: limits.parseTimeoutMs, signal: fetching.signal }));
+    } catch (error) {
+      if (!(error instanceof HtmlBudgetError)) throw error;
+      throw new ToolError(`web_fetch gave up converting ${url.href} to Markdown: ${error.message}; fetch it again with format "raw" to get the source`);
+    }
+  }
   const total = body.length;
   if (total > limits.maxResultChars) body = body.slice(0, limits.maxResultChars);
   const notes = [
@@ -251,9 +261,10 @@ function charsetOf(contentType: string, bytes: Buffer, html: boolean): string {
 }
 
 // The page must not be able to end (or open) the marker around it: any spelling of the tag,
-// Markdown-escaped ones included, loses its `<`.
+// Markdown-escaped ones included, loses its `<`. One `\s*` before the optional slash, not two
+// around it: two overlapping runs backtrack quadratically over a `<` and a long run of spaces.
 function neutralise(body: string): string {
-  return body.replace(/<(\s*\/?\s*web\\*_content)/gi, "&lt;$1");
+  return body.replace(/<(\s*(?:\/\s*)?web\\*_content)/gi, "&lt;$1");
 }
 
 function escapeAttribute(value: string): string {

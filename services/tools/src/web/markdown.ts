@@ -1,5 +1,5 @@
-import type { ChildNode, Element } from "domhandler";
-import { parseDocument } from "htmlparser2";
+import { DomHandler, type ChildNode, type Document, type Element } from "domhandler";
+import { parseDocument, Parser } from "htmlparser2";
 
 /**
  * HTML to Markdown for web_fetch: htmlparser2 builds the tree (a few ms for 100 KB) and
@@ -11,17 +11,29 @@ import { parseDocument } from "htmlparser2";
  * machinery, SVG, the head) is dropped.
  */
 export function htmlToMarkdown(html: string): string {
-  const root = parseDocument(html);
+  return documentToMarkdown(parseDocument(html));
+}
+
+/** The Markdown of a parsed document (see htmlToMarkdown and parseHtmlWithin). */
+export function documentToMarkdown(root: Document): string {
   const body = find(root.children, "body");
+  depth = 0;
   return blocks(body ? body.children : root.children).join("\n\n").replace(/\n{3,}/g, "\n\n").trim();
 }
 
-/** The first element named `tag`, depth first. */
+// The page is untrusted, so every step here is linear in its size: no regex that can backtrack
+// over a long run (a `\s+$` on a <pre> of a million spaces and a letter took minutes), no
+// spread of a page-sized array into arguments, and no recursion deeper than MAX_DEPTH elements
+// (below that an element is its plain text, read without recursion).
+const MAX_DEPTH = 200;
+let depth = 0;
+
+/** The first element named `tag`, depth first (a stack, not recursion: nesting is the page's choice). */
 function find(nodes: readonly ChildNode[], tag: string): Element | undefined {
-  for (const node of nodes) {
+  const stack = [...nodes].reverse();
+  for (let node = stack.pop(); node; node = stack.pop()) {
     if (tagOf(node) === tag) return node as Element;
-    const found = "children" in node ? find(node.children, tag) : undefined;
-    if (found) return found;
+    if ("children" in node) for (let i = node.children.length - 1; i >= 0; i--) stack.push(node.children[i]!);
   }
   return undefined;
 }
@@ -41,8 +53,13 @@ const tagOf = (node: ChildNode): string | undefined => (node.type === "tag" || n
 const textOf = (node: ChildNode): string => (node.type === "text" ? node.data : "");
 /** All the text under a node, as written (for code, where whitespace counts). */
 function textContent(node: ChildNode): string {
-  if (node.type === "text") return node.data;
-  return "children" in node ? node.children.map(textContent).join("") : "";
+  const parts: string[] = [];
+  const stack: ChildNode[] = [node];
+  for (let next = stack.pop(); next; next = stack.pop()) {
+    if (next.type === "text") parts.push(next.data);
+    else if ("children" in next) for (let i = next.children.length - 1; i >= 0; i--) stack.push(next.children[i]!);
+  }
+  return parts.join("");
 }
 const isBlock = (tag: string) => CONTAINERS.has(tag) || OWN_BLOCKS.has(tag);
 
@@ -74,6 +91,16 @@ function blocks(nodes: readonly ChildNode[]): string[] {
 }
 
 function block(el: Element, tag: string): string[] {
+  if (depth >= MAX_DEPTH) return [tidy(collapse(textContent(el)))].filter(Boolean);
+  depth++;
+  try {
+    return blockOf(el, tag);
+  } finally {
+    depth--;
+  }
+}
+
+function blockOf(el: Element, tag: string): string[] {
   const level = HEADINGS[tag];
   if (level !== undefined) {
     const text = tidy(inlines(el.children)).replace(/\n+/g, " ");
@@ -85,9 +112,9 @@ function block(el: Element, tag: string): string[] {
     case "pre": {
       const code = find(el.children, "code");
       const language = /(?:^|\s)(?:language|lang)-([\w+-]+)/.exec((code ? attr(code, "class") : undefined) ?? attr(el, "class") ?? "")?.[1] ?? "";
-      const text = textContent(el).replace(/^\n/, "").replace(/\s+$/, "");
+      const text = textContent(el).replace(/^\n/, "").trimEnd();
       // A fence longer than any run of backticks inside, so the block cannot end early.
-      const fence = "`".repeat(Math.max(3, ...[...text.matchAll(/`+/g)].map((m) => m[0].length + 1)));
+      const fence = "`".repeat(Math.max(3, longestRun(text, "`") + 1));
       return [`${fence}${language}\n${text}\n${fence}`];
     }
     case "blockquote": {
@@ -137,7 +164,7 @@ function table(el: Element): string[] {
   const sections = el.children.filter((child) => ["thead", "tbody", "tfoot"].includes(tagOf(child) ?? ""));
   const rows = [el, ...sections].flatMap((parent) => kids(parent).filter((child) => tagOf(child) === "tr"))
     .map((tr) => kids(tr).filter((cell) => tagOf(cell) === "td" || tagOf(cell) === "th")
-      .map((cell) => tidy(inlines(kids(cell))).replace(/\s*\n\s*/g, " ").replace(/\|/g, "\\|")));
+      .map((cell) => oneLine(tidy(inlines(kids(cell)))).replace(/\|/g, "\\|")));
   const widths = Math.max(0, ...rows.map((row) => row.length));
   if (widths === 0) return [];
   const line = (cells: string[]) => `| ${Array.from({ length: widths }, (_, i) => cells[i] ?? "").join(" | ")} |`;
@@ -159,6 +186,16 @@ function inlines(nodes: readonly ChildNode[]): string {
 }
 
 function inlineOf(el: Element, tag: string): string {
+  if (depth >= MAX_DEPTH) return collapse(textContent(el));
+  depth++;
+  try {
+    return inlineMarkOf(el, tag);
+  } finally {
+    depth--;
+  }
+}
+
+function inlineMarkOf(el: Element, tag: string): string {
   switch (tag) {
     case "br":
       return "\n";
@@ -184,7 +221,7 @@ function inlineOf(el: Element, tag: string): string {
     case "tt": {
       const text = textContent(el).replace(/\s+/g, " ");
       if (!text.trim()) return text;
-      const ticks = "`".repeat(Math.max(1, ...[...text.matchAll(/`+/g)].map((m) => m[0].length + 1)));
+      const ticks = "`".repeat(Math.max(1, longestRun(text, "`") + 1));
       return ticks.length > 1 ? `${ticks} ${text} ${ticks}` : `\`${text}\``;
     }
     case "img": {
@@ -198,9 +235,26 @@ function inlineOf(el: Element, tag: string): string {
 
 /** `**text**` with the mark inside any surrounding spaces (Markdown ignores `** text **`). */
 function wrap(text: string, mark: string): string {
-  const match = /^(\s*)([\s\S]*?)(\s*)$/.exec(text)!;
-  return match[2] ? `${match[1]}${mark}${match[2]}${mark}${match[3]}` : text;
+  const inner = text.trim();
+  if (!inner) return text;
+  const start = text.length - text.trimStart().length;
+  return `${text.slice(0, start)}${mark}${inner}${mark}${text.slice(start + inner.length)}`;
 }
+
+/** The longest run of `char` in `text`. */
+function longestRun(text: string, char: string): number {
+  let longest = 0;
+  for (let at = text.indexOf(char); at !== -1; ) {
+    let end = at;
+    while (text[end] === char) end++;
+    longest = Math.max(longest, end - at);
+    at = text.indexOf(char, end);
+  }
+  return longest;
+}
+
+/** Every run of whitespace that holds a line break becomes one space, in one pass (a regex of spaces, a break, spaces backtracks over long runs). */
+const oneLine = (text: string) => text.replace(/\s+/g, (run) => (run.includes("\n") ? " " : run));
 
 const collapse = (text: string) => text.replace(/\s+/g, " ");
 /** Trims each line of a paragraph (line breaks come only from <br> and nested blocks). */
@@ -208,3 +262,32 @@ const tidy = (text: string) => text.split("\n").map((line) => line.trim().replac
 
 const kids = (node: ChildNode): readonly ChildNode[] => ("children" in node ? node.children : []);
 const attr = (el: Element, name: string): string | undefined => el.attribs[name];
+
+/** Slice of HTML the parser takes between two looks at the clock (a few ms of work even on hostile markup). */
+const PARSE_SLICE_CHARS = 4 * 1024;
+
+/** HTML that could not be parsed within its time limit. */
+export class HtmlBudgetError extends Error {}
+
+/**
+ * Parses `html` as parseDocument does, but in slices, yielding to the event loop between them
+ * and giving up after `timeoutMs`. htmlparser2 keeps its open elements in an array it shifts
+ * and searches on every tag, so a page of 100,000 nested <div>s (500 KB) takes seconds and one
+ * of a million takes many minutes; sliced, such a page costs this call its time limit and
+ * nobody else anything: the service answers other calls meanwhile.
+ */
+export async function parseHtmlWithin(html: string, options: { timeoutMs: number; signal?: AbortSignal }): Promise<Document> {
+  const handler = new DomHandler();
+  const parser = new Parser(handler);
+  const deadline = performance.now() + options.timeoutMs;
+  for (let at = 0; at < html.length; at += PARSE_SLICE_CHARS) {
+    parser.write(html.slice(at, at + PARSE_SLICE_CHARS));
+    if (performance.now() > deadline) {
+      throw new HtmlBudgetError(`the HTML could not be parsed within ${options.timeoutMs / 1000} s (${Math.round((100 * at) / html.length)}% read): it is nested too deeply or is too large`);
+    }
+    await new Promise((resolve) => setImmediate(resolve));
+    options.signal?.throwIfAborted();
+  }
+  parser.end();
+  return handler.root;
+}
