@@ -11,6 +11,7 @@
 // - tools (bench/tools.ts): every session mode's first request, run_code's inner-call overhead, web_fetch;
 // - images (bench/images.ts): each image's size and each service's container start-up in the compose deploy.
 // - ui (bench/ui.ts): the web UI's first paint of a 200-event session in Chromium.
+// - uploads (bench/uploads.ts): bytes an upload bomb (a 9 MB tar.gz of a 2 GB sparse file) writes before it is refused.
 // - gateway (bench/gateway.ts): requests per second of GET a session (keep-alive, wrk), 1,000 SSE followers of one session.
 // TACK_BENCH_ONLY=services,load (say) runs only those parts and prints them without writing latest.json.
 import { execFileSync } from "node:child_process";
@@ -38,6 +39,7 @@ import { Stack } from "./stack.js";
 import { benchStartup, FakeModel } from "./startup.js";
 import { benchTools } from "./tools.js";
 import { benchUi } from "./ui.js";
+import { benchUploads } from "./uploads.js";
 
 const STEPS = Number(process.env.TACK_BENCH_STEPS ?? 200);
 const APPENDS = Number(process.env.TACK_BENCH_APPENDS ?? 2_000);
@@ -74,7 +76,7 @@ async function waitForTurns(bus: Bus, sessionId: string, turns: number, total: n
 }
 
 /** The parts `TACK_BENCH_ONLY` can name, in the order they run. */
-const PARTS = ["core", "context", "tools", "sandbox", "services", "load", "death", "images", "ui", "gateway"] as const;
+const PARTS = ["core", "context", "tools", "sandbox", "uploads", "services", "load", "death", "images", "ui", "gateway"] as const;
 type Part = (typeof PARTS)[number];
 
 /** The core numbers (and, sharing its services, the context numbers): in-process services, one long scripted session. */
@@ -206,6 +208,7 @@ async function main(): Promise<void> {
     say("sandbox: exec, claim, cold starts, runsc slowdown");
     return benchSandbox({ natsUrl });
   });
+  await run("uploads", () => benchUploads({ natsUrl }));
   await run("services", benchServices);
   await run("load", () => benchLoad({ natsUrl }));
   await run("death", () => benchToolWorkerDeath({ natsUrl }));

@@ -181,7 +181,7 @@ export class WorkspaceOperations {
           // The archive is the caller's to fix: say which entry broke which rule, or what tar refused.
           if (e.code === "sandbox.archive_refused") throw new GatewayError(400, "gateway.bad_archive", e.message, { cause: e });
           if (e.code === "sandbox.archive_failed") throw new GatewayError(400, "gateway.bad_archive", `${e.message.replace(/^could not /, "the archive was refused: could not ")}; nothing was created`, { cause: e });
-          if (e.code === "sandbox.archive_too_large") throw new GatewayError(413, "gateway.upload_too_large", `${e.message}; nothing was created`, { cause: e });
+          if (e.code === "sandbox.archive_too_large") throw new GatewayError(413, "gateway.upload_too_large", e.message, { cause: e });
           if (e.code === "sandbox.workspace_quota") {
             const max = tenantPolicy(this.#context.options.operator, tenant).max_workspace_bytes;
             throw new GatewayError(413, "gateway.workspace_quota_exceeded", `${e.message}; nothing was created`, { cause: e, details: { limit: "max_workspace_bytes", value: String(max) } });
