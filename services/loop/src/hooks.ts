@@ -9,7 +9,7 @@ import {
   CallToolResponse, ReadHooksConfigRequest, ReadHooksConfigResponse, RunHookRequest, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type ToolCall,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
-import { LinearRegExp } from "@tack/tools-service/linear-regex";
+import { LinearRegExp } from "@tack/linear-regex";
 import { approvalPolicyOf, sandboxModeOf, toolApprovalPlan, type CallPlan } from "./approvals.js";
 import { planModeOf } from "./session-tools.js";
 

@@ -1,6 +1,6 @@
 // Tools the loop carries out itself (ToolSpec handler `session`): they change the session, not the sandbox.
-import vm from "node:vm";
 import { TackError } from "@tack/bus";
+import { LinearRegExp } from "@tack/linear-regex";
 import { draft, timestampMs, type Draft } from "@tack/log";
 import type { DefinedTools, Event, PlanDecided, Question, QuestionAnswer, QuestionAnswered, TodoItem, ToolCall, ToolSpec } from "@tack/proto";
 import { z } from "zod";
@@ -246,15 +246,13 @@ function formatAnswers(questions: readonly Question[], answers: readonly Questio
   return lines.join("\n");
 }
 
-/** Longest a search may take; a pathological regular expression is cut off rather than stalling the loop. */
-const SEARCH_TIMEOUT_MS = 1_000;
 /** Characters of each snippet on either side of the first match. */
 const SNIPPET_CONTEXT = 120;
 
 /**
  * Searches the whole log (compacted-away parts too, since the log keeps everything) for
  * `query`, case-insensitive: user and assistant messages, the calls the model made and tool
- * results, except the call doing the search. Runs in a vm context with a time limit.
+ * results, except the call doing the search. Patterns run on RE2 (linear time in the text).
  */
 export function searchLog(events: readonly Event[], options: { query: string; regex: boolean; limit: number; exceptCall: string }): { content: string; isError: boolean } {
   const docs: Array<{ seq: number; label: string; text: string }> = [];
@@ -270,22 +268,19 @@ export function searchLog(events: readonly Event[], options: { query: string; re
       docs.push({ seq: e.seq, label: `${p.value.name} result${p.value.spillObject ? " (preview of a spilled result)" : ""}`, text: p.value.content });
     }
   }
-  let source: string;
+  let pattern: LinearRegExp;
   try {
-    source = options.regex ? new RegExp(options.query).source : options.query.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    // The model's pattern runs on a linear-time engine (RE2): no pattern can hold the loop (decision 0020).
+    pattern = new LinearRegExp(options.regex ? options.query : options.query.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), { ignoreCase: true });
   } catch (error) {
-    return { content: `Invalid arguments for session_search: query is not a valid regular expression (${(error as Error).message}); fix it or set regex to false`, isError: true };
+    return { content: `Invalid arguments for session_search: query ${(error as Error).message}; fix it or set regex to false`, isError: true };
   }
-  let found: Array<[number, number]>;
-  try {
-    // Indexes of matching docs with the position of their first match.
-    found = vm.runInNewContext(
-      "const re = new RegExp(source, 'i'); const out = []; texts.forEach((t, i) => { const m = re.exec(t); if (m) out.push([i, m.index]); }); out",
-      { source, texts: docs.map((d) => d.text) }, { timeout: SEARCH_TIMEOUT_MS },
-    ) as Array<[number, number]>;
-  } catch {
-    return { content: `session_search stopped after ${SEARCH_TIMEOUT_MS} ms: the regular expression is too slow on this history; use a simpler one or a plain query`, isError: true };
-  }
+  // Indexes of matching docs with the position of their first match.
+  const found: Array<[number, number]> = [];
+  docs.forEach((doc, i) => {
+    const match = pattern.exec(doc.text);
+    if (match) found.push([i, match.index]);
+  });
   if (found.length === 0) return { content: `No matches for ${JSON.stringify(options.query)} in this session.`, isError: false };
   const shown = found.slice(-options.limit);
   const lines = [found.length > shown.length ? `${found.length} matches; the last ${shown.length}:` : `${found.length} match${found.length === 1 ? "" : "es"}:`];

@@ -314,10 +314,10 @@ describe("session tools", () => {
       `seq ${userSeq} (user): remember the NEEDLE-7 please`,
       `seq ${callSeq} (assistant call bash): {"command":"echo Needle-42"}`,
     ].join("\n"));
-    expect(results(events).call_3_0).toMatch(/^Invalid arguments for session_search: query is not a valid regular expression \(.+\); fix it or set regex to false$/);
+    expect(results(events).call_3_0).toMatch(/^Invalid arguments for session_search: query is not a regular expression the linear-time engine \(RE2\) accepts: .+; fix it or set regex to false$/);
   });
 
-  it("session_search - searches what a summary took out of the model's view, and stops a regular expression that runs too long", () => {
+  it("session_search - searches what a summary took out of the model's view; a catastrophic regular expression runs in linear time", () => {
     const events: Event[] = [
       Event.fromPartial({ seq: 1, type: "user/message", payload: { $case: "userMessage", value: { text: "the secret word is marmalade" } } }),
       Event.fromPartial({ seq: 2, type: "tool/result", payload: { $case: "toolResult", value: { callId: "c1", name: "read", content: `line\n${"x".repeat(500)} MARMALADE jar ${"y".repeat(500)}` } } }),
@@ -329,10 +329,15 @@ describe("session tools", () => {
     const found = searchLog(events, { query: "Marmalade", regex: false, limit: 1, exceptCall: "" });
     expect(found).toEqual({ isError: false, content: `2 matches; the last 1:\nseq 2 (read result): ...${"x".repeat(119)} MARMALADE jar ${"y".repeat(106)}...` });
     expect(searchLog(events, { query: "quince", regex: false, limit: 5, exceptCall: "" })).toEqual({ isError: false, content: 'No matches for "quince" in this session.' });
-    const slow = [Event.fromPartial({ seq: 1, payload: { $case: "userMessage", value: { text: `${"a".repeat(40)}b` } } })];
+    // Exponential on a backtracking engine (it held the loop until a vm timeout); RE2 answers at once, over a long history too.
+    const slow = [Event.fromPartial({ seq: 1, payload: { $case: "userMessage", value: { text: `${"a".repeat(100_000)}b` } } })];
     const started = Date.now();
-    expect(searchLog(slow, { query: "(a+)+$", regex: true, limit: 5, exceptCall: "" })).toMatchObject({ isError: true, content: expect.stringContaining("too slow") });
-    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(searchLog(slow, { query: "(a+)+$", regex: true, limit: 5, exceptCall: "" })).toEqual({ isError: false, content: 'No matches for "(a+)+$" in this session.' });
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(searchLog(slow, { query: "a(?=b)", regex: true, limit: 5, exceptCall: "" })).toEqual({
+      isError: true,
+      content: "Invalid arguments for session_search: query uses a lookahead (`(?=`): patterns here run on a linear-time engine (RE2), which has no backreferences or lookaround; rewrite the pattern without it; fix it or set regex to false",
+    });
   });
 });
 

@@ -1,6 +1,6 @@
 // How the MCP client checks a tool's structured output against the output schema the server declared.
 import type { jsonSchemaValidator, JsonSchemaType, JsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/types.js";
-import { zodOfJsonSchema } from "@tack/tools-service/linear-regex";
+import { zodOfJsonSchema } from "@tack/linear-regex";
 
 /**
  * The SDK's default validator (Ajv) compiles a server's `pattern`s into native RegExps, so a

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { CallToolRequest, type CallToolResponse, type DefinedTool } from "@tack/proto";
-import { LinearRegExp } from "../src/linear-regex.js";
+import { LinearRegExp } from "@tack/linear-regex";
 import { callTool } from "../src/registry.js";
 import { htmlToMarkdown, parseHtmlWithin } from "../src/web/markdown.js";
 

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { discoverMicro, type Bus } from "@tack/bus";
 import type { DefinedTool, DefinedTools, ToolSpec } from "@tack/proto";
 import { z } from "zod";
-import { PatternError, zodOfJsonSchema } from "../linear-regex.js";
+import { PatternError, zodOfJsonSchema } from "@tack/linear-regex";
 import { defineTool, ToolError, type Tool } from "../tool.js";
 import { commandResult } from "../tools/bash.js";
 import { exec } from "../tools/exec.js";

@@ -13,9 +13,9 @@ export class LinearRegExp extends RegExp {
   readonly #re2: RE2JS;
   readonly #pattern: string;
 
-  /** Compiles `pattern` (no flags); throws a LinearRegExpError saying what cannot run and why. */
-  constructor(pattern: string) {
-    const re2 = compileLinear(pattern);
+  /** Compiles `pattern` (case-sensitive unless `ignoreCase`); throws a LinearRegExpError saying what cannot run and why. */
+  constructor(pattern: string, options: { readonly ignoreCase?: boolean } = {}) {
+    const re2 = compileLinear(pattern, options.ignoreCase ? RE2JS.CASE_INSENSITIVE : 0);
     // The native part matches nothing and is never asked: test and exec (which every other RegExp method goes through) are RE2's.
     super("(?!)");
     this.#re2 = re2;
@@ -46,13 +46,13 @@ export class LinearRegExp extends RegExp {
 export class LinearRegExpError extends Error {}
 
 /** `pattern` compiled for RE2, or a LinearRegExpError naming what RE2 cannot run. */
-function compileLinear(pattern: string): RE2JS {
+function compileLinear(pattern: string, flags = 0): RE2JS {
   const construct = unsupportedConstruct(pattern);
   if (construct) {
     throw new LinearRegExpError(`uses ${construct}: patterns here run on a linear-time engine (RE2), which has no backreferences or lookaround; rewrite the pattern without it`);
   }
   try {
-    return RE2JS.compile(RE2JS.translateRegExp(pattern));
+    return RE2JS.compile(RE2JS.translateRegExp(pattern), flags);
   } catch (error) {
     throw new LinearRegExpError(`is not a regular expression the linear-time engine (RE2) accepts: ${(error as Error).message.replace(/^error parsing regexp: /, "")}`);
   }
