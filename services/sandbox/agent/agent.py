@@ -530,9 +530,94 @@ def protect_channel():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# The set-id rule's system calls, per architecture: name -> (number, index of the flags argument
+# or None, index of the mode argument). A mode with S_ISUID or S_ISGID is refused; for the open
+# family only when the flags create a file (O_CREAT, O_TMPFILE).
+SET_ID_CALLS = {
+    "x86_64": (0xC000003E, {"chmod": (90, None, 1), "fchmod": (91, None, 1), "fchmodat": (268, None, 2), "fchmodat2": (452, None, 2),
+                            "open": (2, 1, 2), "openat": (257, 2, 3), "creat": (85, None, 1), "mknod": (133, None, 1), "mknodat": (259, None, 2)}),
+    "aarch64": (0xC00000B7, {"fchmod": (52, None, 1), "fchmodat": (53, None, 2), "fchmodat2": (452, None, 2),
+                             "openat": (56, 2, 3), "mknodat": (33, None, 2)}),
+}
+SYS_OPENAT2, SYS_IO_URING_SETUP = 437, 425  # numbered alike on both
+X32_SYSCALL_BIT = 0x40000000
+S_ISUID_ISGID = 0o6000
+O_CREAT, O_TMPFILE_BIT = 0o100, 0o20000000  # alike on both
+
+
+def forbid_set_id():
+    """Installs a seccomp filter on the agent, inherited by every command, that refuses set-id bits.
+
+    What the sandbox writes in a workspace owned by someone else is stored as that owner's (an ID
+    mapping), so a set-uid file made here would be a set-uid file of root's on the host, whatever
+    nosuid says inside (decision 0021). So chmod and its kin with S_ISUID or S_ISGID in the mode,
+    and files created with them (open, openat, creat, mknod), fail with EPERM; openat2, whose mode
+    a filter cannot read, fails with ENOSYS (callers fall back to openat); io_uring, whose requests
+    no filter sees, with EPERM; other ABIs (i386, x32) kill the process. Filters stack and cannot
+    be removed; no-new-privileges (set by the backend, and here) lets an unprivileged process
+    install one. Any failure ends the agent: it never runs commands without the filter.
+    """
+    machine = os.uname().machine
+    if machine not in SET_ID_CALLS:
+        raise OSError(0, f"no set-id filter for architecture {machine}; the sandbox runs only on x86_64 and aarch64")
+    arch, calls = SET_ID_CALLS[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
+    # Instructions as (code, true target, false target, k); targets are labels resolved below.
+    program = [(ld, None, None, 4), (jeq, "nr", "kill", arch), ("nr", None, None, None), (ld, None, None, 0)]
+    if machine == "x86_64":
+        program.append((jge, "kill", "dispatch", X32_SYSCALL_BIT))
+    program.append(("dispatch", None, None, None))
+    program += [(jeq, "deny-nosys", "next", SYS_OPENAT2), ("next", None, None, None), (jeq, "deny", "next", SYS_IO_URING_SETUP), ("next", None, None, None)]
+    for name, (number, _, _) in calls.items():
+        program += [(jeq, name, "next", number), ("next", None, None, None)]
+    program.append((ret, None, None, allow))
+    low = lambda index: 16 + 8 * index  # the low 32 bits of argument `index` (little-endian)
+    for name, (_, flags, mode) in calls.items():
+        program.append((name, None, None, None))
+        if flags is not None:
+            program += [(ld, None, None, low(flags)), (jset, "mode", "allow", O_CREAT | O_TMPFILE_BIT), ("mode", None, None, None)]
+        program += [(ld, None, None, low(mode)), (jset, "deny", "allow", S_ISUID_ISGID)]
+    program += [("deny", None, None, None), (ret, None, None, eperm), ("deny-nosys", None, None, None), (ret, None, None, enosys),
+                ("kill", None, None, None), (ret, None, None, kill), ("allow", None, None, None), (ret, None, None, allow)]
+    # Resolve each target to the first instruction after the next occurrence of its label.
+    instructions = []
+    for position, (code, true, false, k) in enumerate(program):
+        if isinstance(code, str):
+            continue
+        def target(label):
+            if label is None:
+                return 0
+            later = program[position + 1:]
+            at = next(i for i, entry in enumerate(later) if entry[0] == label)
+            skipped = sum(1 for entry in later[:at] if not isinstance(entry[0], str))
+            if skipped > 255:
+                raise OSError(0, "set-id filter too long")
+            return skipped
+        instructions.append((code, target(true), target(false), k))
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    filters = (SockFilter * len(instructions))(*(SockFilter(*instruction) for instruction in instructions))
+    fprog = SockFprog(len(instructions), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    for what, result in (("PR_SET_NO_NEW_PRIVS", lambda: libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)),
+                         ("PR_SET_SECCOMP", lambda: libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0))):
+        if result() != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"prctl({what}) failed: {os.strerror(errno)}")
+
+
 if __name__ == "__main__":
     protect_environment()
     protect_channel()
+    forbid_set_id()
     os.chdir("/")
     threading.Thread(target=reap, name="reaper", daemon=True).start()
     serve()

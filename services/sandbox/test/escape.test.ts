@@ -375,8 +375,10 @@ python3 -I -S -B /tmp/impostor/agent.py >/dev/null 2>&1 & echo $!
     expect(uids.stdout).toMatch(/^Uid:\s+1000\s+1000\s+1000\s+1000$/m);
     expect((await sh("su root -c id < /dev/null")).exitCode).not.toBe(0);
     expect((await sh("command -v sudo")).exitCode).not.toBe(0);
-    // A copy with the bit set belongs to uid 1000, and /tmp ignores the bit anyway (nosuid).
-    expect((await sh("cp /usr/bin/su /tmp/su && chmod 4755 /tmp/su && python3 -c \"import os; print(os.stat('/tmp/su').st_uid)\"")).stdout).toBe("1000\n");
+    // A copy cannot get the bit back (the agent's seccomp filter, decision 0021): it stays uid 1000's, plain 0755.
+    const copy = await sh("cp /usr/bin/su /tmp/su && chmod 4755 /tmp/su; python3 -c \"import os; s = os.stat('/tmp/su'); print(s.st_uid, oct(s.st_mode & 0o7777))\"");
+    expect(copy.stdout).toBe("1000 0o755\n");
+    expect(copy.stderr).toContain("Operation not permitted");
   });
 
   it("escape - no capabilities and no-new-privileges", async () => {
