@@ -13,6 +13,7 @@ import { GatewayError, grpcStatusOf, toHttpError } from "./errors.js";
 import { openEvents, streamPosition } from "./events.js";
 import { CONTRACT } from "./gen/contract.js";
 import type { GatewayContext } from "./sessions.js";
+import { installGrpcRefusals } from "./grpc-refusals.js";
 import { grpcRequest } from "./validation.js";
 import type { WorkspaceOperations } from "./workspaces.js";
 
@@ -57,6 +58,7 @@ export function grpcError(error: unknown, log?: Logger, rpc?: string): Partial<S
 /** Starts serving on `host:port` (0 picks a free port). */
 export async function startGrpc(options: GrpcOptions, host: string, port: number): Promise<GrpcGateway> {
   const { context, log } = options;
+  installGrpcRefusals();
   const server = new Server({ "grpc.max_receive_message_length": 16 * 1024 * 1024 });
 
   /** Authenticates and rate-limits a call, then runs `work` inside its span. */

@@ -1,7 +1,8 @@
 // REST + SSE on Fastify: one route per operation of the contract (src/gen/contract.ts, generated
 // from proto/tack/gateway/v1/gateway.proto), validated by Fastify's ajv with the generated JSON
 // Schemas, calling the same operation functions as gRPC.
-import type { ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
 import { context as otelContext, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Event } from "@tack/proto";
@@ -22,11 +23,24 @@ export const MAX_BODY_BYTES = 1024 * 1024;
 /** Largest session bundle `POST /v1/sessions/import` reads. */
 export const MAX_IMPORT_BYTES = 64 * 1024 * 1024;
 
-/** Routes outside the contract: no API key needed. */
+/** Routes outside the contract: no API key needed (marked `config: OPEN` where they are added). */
 export const OPEN_ROUTES = [
   { method: "GET", route: "/healthz" },
   { method: "GET", route: "/v1/openapi.json" },
 ] as const;
+
+/**
+ * The route option that marks a route as served without an API key. Whether a request needs a key
+ * is decided on the route the router matched (after it decoded the path), never on how the
+ * request spelled its target: every other route, and every request that matches none, needs one.
+ */
+export const OPEN = { open: true } as const;
+
+/** Deepest nesting of arrays and objects a JSON body may have (validating a deeper one would exhaust the stack). */
+export const MAX_JSON_DEPTH = 64;
+
+/** What a JSON route accepts as its body's content type. */
+const JSON_TYPES = "Content-Type: application/json (with charset=utf-8 or no charset)";
 
 /** What the REST server serves. */
 export interface RestOptions {
@@ -65,23 +79,40 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     bodyLimit: MAX_BODY_BYTES,
     routerOptions: { maxParamLength: 500 },
     forceCloseConnections: "idle",
-    // A request target that is not a valid path (a bad %-escape) is the caller's mistake.
+    // A request target that is not a valid path (a bad %-escape, a segment over maxParamLength) is the caller's mistake.
     frameworkErrors: (error, _request, reply) => {
       const bad = error.code === "FST_ERR_BAD_URL"
         ? new GatewayError(400, "gateway.bad_url", "the request target is not a valid path (a bad %-escape?); send a path such as /v1/sessions")
-        : error;
+        : error.code === "FST_ERR_MAX_PARAM_LENGTH"
+          ? new GatewayError(400, "gateway.bad_url", "a segment of the request path is over 500 characters; ids and names are far shorter, so check the path")
+          : error;
       const answer = errorReply(bad, { log });
       void (reply as FastifyReply).code(answer.status).headers(answer.headers).send(answer.body);
     },
   });
   app.setValidatorCompiler(validatorCompiler);
+  // Node hands a CONNECT request to `connect` listeners, not to Fastify, and without one drops the
+  // connection unanswered: the gateway is no proxy, and says so.
+  app.server.on("connect", (_request: IncomingMessage, socket: Duplex) => {
+    const answer = errorReply(new GatewayError(405, "gateway.method_not_allowed", "CONNECT is not supported: the gateway is no proxy; send GET, POST or DELETE to a route under /v1"), { log });
+    const data = JSON.stringify(answer.body);
+    socket.on("error", () => undefined);
+    socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(data)}\r\nallow: GET, POST, DELETE\r\nconnection: close\r\n\r\n${data}`);
+  });
   app.addHook("onRoute", (route) => {
     for (const method of [route.method].flat()) if (method !== "HEAD") options.onRoute?.(method, route.url);
   });
 
-  // JSON bodies, whatever content type they come with (the API never took one into account):
-  // strict UTF-8, and a parse failure names where the JSON breaks.
-  const parseJson = (_request: FastifyRequest, body: Buffer, done: (error: Error | null, value?: unknown) => void) => {
+  // JSON bodies: sent as application/json (UTF-8, the only charset JSON has), strict UTF-8, nested
+  // at most MAX_JSON_DEPTH deep, and a parse failure names where the JSON breaks. An empty body
+  // is no body, whatever type it names. Any other content type is a 415 naming what was sent.
+  const parseJson = (request: FastifyRequest, body: Buffer, done: (error: Error | null, value?: unknown) => void) => {
+    if (body.length === 0) return done(null, undefined);
+    const type = request.headers["content-type"];
+    if (!isJsonType(type)) return done(unsupportedMediaType(type, JSON_TYPES));
+    if (jsonDepth(body) > MAX_JSON_DEPTH) {
+      return done(new GatewayError(400, "gateway.malformed_json", `request body is nested more than ${MAX_JSON_DEPTH} arrays or objects deep; no request of the API needs that, so flatten it`));
+    }
     let text: string;
     try {
       text = new TextDecoder("utf-8", { fatal: true }).decode(body);
@@ -98,6 +129,9 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", { parseAs: "buffer" }, parseJson);
 
+  // One decision point for the key and the rate limit: the route the router matched (it decoded
+  // the path first), or none. Only routes marked OPEN go without a key; a request that matches
+  // no route is authenticated too, so without a key it learns nothing of the routes (401, not 404).
   app.addHook("onRequest", async (request) => {
     const route = request.routeOptions.url ?? "(unmatched)";
     const path = request.raw.url?.split("?")[0] ?? "/";
@@ -106,7 +140,8 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     const span = tracer.startSpan(`gateway ${request.method} ${route}`, { kind: SpanKind.SERVER, attributes }, parent);
     const state: RequestState = { span, ended: false };
     states.set(request, state);
-    if ((path === "/v1" || path.startsWith("/v1/")) && !OPEN_ROUTES.some((r) => r.route === route)) {
+    const open = request.routeOptions.url !== undefined && (request.routeOptions.config as { open?: boolean } | undefined)?.open === true;
+    if (!open) {
       const { tenant, caller } = await authenticateKey(context.index, request.headers.authorization);
       state.call = { tenant, caller, label: `${request.method} ${route}` };
       span.setAttribute("tack.tenant", tenant);
@@ -122,7 +157,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
   });
 
   app.setErrorHandler((error: Error & { code?: string; validation?: SchemaIssue[]; validationContext?: string }, request, reply) => {
-    const answer = errorReply(restError(error), { log, fields: { method: request.method, route: request.routeOptions.url } });
+    const answer = errorReply(restError(error, request), { log, fields: { method: request.method, route: request.routeOptions.url } });
     const allow = (error as { allow?: string }).allow;
     if (allow) answer.headers.allow = allow;
     if (reply.sent || reply.raw.headersSent) {
@@ -141,16 +176,21 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     throw new GatewayError(404, "gateway.route_not_found", `no route ${request.method} ${path}; the API is under /v1/sessions`);
   });
 
-  const callOf = (request: FastifyRequest): Call => states.get(request)!.call!;
+  /** The authenticated call of a request on a route that needs a key (onRequest made it, or refused the request). */
+  const callOf = (request: FastifyRequest): Call => {
+    const call = states.get(request)?.call;
+    if (!call) throw new Error(`no authenticated call for ${request.method} ${request.routeOptions.url ?? "(unmatched)"}: a route that needs a key is missing from the authentication hook`);
+    return call;
+  };
   /** Runs `work` inside the request's span, so the bus requests it makes are its children. */
   const inSpan = <T>(request: FastifyRequest, work: () => Promise<T>): Promise<T> =>
     otelContext.with(trace.setSpan(otelContext.active(), states.get(request)!.span), work);
 
-  app.get("/healthz", async (_request, reply) => {
+  app.get("/healthz", { config: OPEN }, async (_request, reply) => {
     const { status, body } = await options.health();
     return reply.code(status).send(body);
   });
-  app.get("/v1/openapi.json", async () => options.openapi());
+  app.get("/v1/openapi.json", { config: OPEN }, async () => options.openapi());
 
   for (const spec of CONTRACT.operations) {
     if (spec.rpc === "StreamEvents" || spec.rpc === "CreateWorkspace" || spec.rpc === "ExportWorkspace") continue;
@@ -251,9 +291,12 @@ function requestOf(spec: OperationSpec, request: FastifyRequest): Record<string,
 }
 
 /** Fastify's own refusals in the gateway's words and codes. */
-function restError(error: Error & { code?: string; validation?: SchemaIssue[]; validationContext?: string }): unknown {
+function restError(error: Error & { code?: string; validation?: SchemaIssue[]; validationContext?: string }, request: FastifyRequest): unknown {
   if (error.validation) return schemaError(error.validationContext === "body" ? "body" : "query", error.validation);
   switch (error.code) {
+    // A Content-Type header that is no media type at all (Fastify refuses it before any parser runs).
+    case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
+      return unsupportedMediaType(request.headers["content-type"], request.routeOptions.url === operationSpec("CreateWorkspace").route ? UPLOAD_TYPES : JSON_TYPES);
     case "FST_ERR_CTP_BODY_TOO_LARGE":
       return new GatewayError(413, "gateway.body_too_large", `request body is over ${MAX_BODY_BYTES} bytes (1 MiB; a session bundle to import: ${MAX_IMPORT_BYTES / 1024 / 1024} MiB); send less per request`);
     case "FST_ERR_CTP_INVALID_CONTENT_LENGTH":
@@ -262,6 +305,49 @@ function restError(error: Error & { code?: string; validation?: SchemaIssue[]; v
       return new GatewayError(400, "gateway.malformed_json", "request body is not valid JSON: expected a JSON object, found the end of the body");
   }
   return error;
+}
+
+/** What a workspace upload accepts as its content type. */
+const UPLOAD_TYPES = "Content-Type: application/x-tar, or application/gzip for a .tar.gz";
+
+/** A 415 naming the content type sent (`none` when there was no header) and what the route takes. */
+export function unsupportedMediaType(sent: string | undefined, accepted: string): GatewayError {
+  const shown = sent === undefined || sent.trim() === "" ? "none" : JSON.stringify(sent.length > 100 ? `${sent.slice(0, 100)}…` : sent);
+  return new GatewayError(415, "gateway.unsupported_media_type", `the request body's content type is ${shown}, which this route does not take; send ${accepted}`, {
+    details: { content_type: sent ?? "", accepted },
+  });
+}
+
+/** Whether a Content-Type header names JSON in UTF-8: `application/json`, with `charset=utf-8` (any case, quoted or not) or no charset. */
+export function isJsonType(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  const [type, ...parameters] = header.split(";").map((part) => part.trim());
+  if (type!.toLowerCase() !== "application/json") return false;
+  return parameters.every((parameter) => {
+    const [name, value = ""] = parameter.split("=").map((part) => part.trim());
+    if (name!.toLowerCase() !== "charset") return parameter === "" || value !== "";
+    return value.replace(/^"(.*)"$/, "$1").toLowerCase() === "utf-8";
+  });
+}
+
+/** How deep a JSON text nests arrays and objects, counted in one pass outside strings (stops once past the limit). */
+export function jsonDepth(body: Buffer): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < body.length; i++) {
+    const byte = body[i]!;
+    if (inString) {
+      if (byte === 0x5c) i++; // a backslash escapes the next byte
+      else if (byte === 0x22) inString = false;
+    } else if (byte === 0x22) inString = true;
+    else if (byte === 0x5b || byte === 0x7b) {
+      depth++;
+      if (depth > deepest) deepest = depth;
+      if (deepest > MAX_JSON_DEPTH) return deepest;
+    } else if (byte === 0x5d || byte === 0x7d) depth--;
+  }
+  return deepest;
 }
 
 function endSpan(state: RequestState | undefined, request: FastifyRequest, status: number): void {
@@ -398,7 +484,7 @@ export function rawRoutes(routes: readonly { method: string; pattern: string; ha
       if (route.method === "HEAD") continue;
       if (route.pattern === "/v1" || route.pattern.startsWith("/v1/")) throw new Error(`a raw route may not be under /v1: ${route.pattern}`);
       app.route({
-        method: route.method as "GET", url: route.pattern,
+        method: route.method as "GET", url: route.pattern, config: OPEN,
         handler: async (request, reply) => {
           reply.hijack();
           const exchange: Exchange = {

@@ -1,7 +1,7 @@
 // One contract, two transports: the OpenAPI document against the routes the server has, and the
 // same operations through a real grpc-js client (auth in metadata, tenants, catalogue statuses,
 // events streamed and resumed), plus archive, list filters with cursors and export over REST.
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -151,7 +151,9 @@ describe("contract", () => {
     expect(detail.waiting).toMatchObject([{ kind: "approval", callId: "call_0_0", tool: "bash", seq: askedSeq }]);
     const decided = await rpc<gatewayV1.DecideApprovalRequest, { seq: number }>("decideApproval", { id: created.id, callId: "call_0_0", decision: "allow_once" });
     const decision = (await log()).find((e) => e.seq === decided.seq);
-    expect(decision?.payload).toEqual({ $case: "approvalDecided", value: { callId: "call_0_0", decision: "allow_once", decidedBy: "acme" } });
+    expect(decision?.payload).toEqual({ $case: "approvalDecided", value: {
+      callId: "call_0_0", decision: "allow_once", decidedBy: "acme", decidedByKey: "TACK_API_KEY", decidedByKeyId: createHash("sha256").update(KEY_ACME).digest("hex").slice(0, 12),
+    } });
     await loop.idle("acme", created.id);
     const length = (await log()).length;
 

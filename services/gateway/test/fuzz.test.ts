@@ -54,7 +54,7 @@ beforeAll(async () => {
   };
   own = await create(KEY_ACME);
   foreign = await create(KEY_GLOBEX);
-  const posted = await fetch(`${gateway.url}/v1/sessions/${own}/messages`, { method: "POST", headers: { authorization: `Bearer ${KEY_ACME}` }, body: JSON.stringify({ text: "hello" }) });
+  const posted = await fetch(`${gateway.url}/v1/sessions/${own}/messages`, { method: "POST", headers: { authorization: `Bearer ${KEY_ACME}`, "content-type": "application/json" }, body: JSON.stringify({ text: "hello" }) });
   expect(posted.status).toBe(202);
   // The turn the message started ends before the cases run, so the log holds still while they do.
   await loop.idle("acme", own);

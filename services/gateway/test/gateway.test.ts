@@ -367,7 +367,11 @@ describe("gateway", () => {
     expect(res.json).toEqual({ seq: expect.any(Number) });
     expect(loop.subjects).toEqual([bus.names.loopSessionDecide(session.id)]);
     const events = await logOf(session.id);
-    expect(events.find((e) => e.seq === res.json.seq)!.payload).toEqual({ $case: "approvalDecided", value: { callId: "call_0_0", decision: "allow_once", decidedBy: "acme" } });
+    expect(events.find((e) => e.seq === res.json.seq)!.payload).toEqual({ $case: "approvalDecided", value: {
+      callId: "call_0_0", decision: "allow_once", decidedBy: "acme",
+      // The key that decided: a start key is named TACK_API_KEY; its id is its hash's first 12 hex digits.
+      decidedByKey: "TACK_API_KEY", decidedByKeyId: createHash("sha256").update(KEY_ACME).digest("hex").slice(0, 12),
+    } });
     await loop.idle("acme", session.id);
   });
 
