@@ -1,6 +1,7 @@
 """Mounts a workspace onto a target from a descriptor opened without following symlinks.
 
     python3 mount-workspace.py ROOT RELATIVE TARGET OWNER_UID OWNER_GID SANDBOX_UID SANDBOX_GID READ_ONLY
+    python3 mount-workspace.py --serve     (one request a line: a JSON array of those 8 arguments)
 
 The service checked the workspace by path (inside the tenant's roots, never Tack's own files),
 but a path can change between that check and a mount by name: a session that swaps a directory
@@ -20,7 +21,9 @@ the owner's. So the target is never visible writable or unmapped, not even for a
 Run as root on the sandbox host. On success prints {"dev": D, "ino": I} (the mounted directory's
 device and inode, as decimal strings) and exits 0. On failure prints one line naming the failed
 step and exits 3 when the workspace is not the directory that was checked (a symlink on its path,
-not beneath ROOT, another owner) or 1 for any other failure.
+not beneath ROOT, another owner) or 1 for any other failure. With --serve it stays up (the service
+keeps one, saving a Python start per mount) and answers each request line with one JSON line:
+{"dev": D, "ino": I}, or {"code": 1|2|3, "message": M}; it ends when its input does.
 """
 
 import ctypes
@@ -52,13 +55,20 @@ class OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
+class Failure(Exception):
+    """A failed mount: `code` is the exit code (3: not the directory that was checked)."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
 def fail(step, errno_value=None, code=1):
     say(f"{step}: {os.strerror(errno_value if errno_value is not None else ctypes.get_errno())}", code)
 
 
 def say(message, code):
-    sys.stdout.write(f"{message}\n")
-    sys.exit(code)
+    raise Failure(message, code)
 
 
 def open_directory(dirfd, path, resolve, what, changed=CHANGED):
@@ -111,16 +121,20 @@ def mapping_namespace(owner_uid, owner_gid, uid, gid):
         os.waitpid(pid, 0)
 
 
-def main(argv):
-    if len(argv) != 9:
-        sys.stdout.write("usage: mount-workspace.py ROOT RELATIVE TARGET OWNER_UID OWNER_GID SANDBOX_UID SANDBOX_GID READ_ONLY\n")
-        sys.exit(2)
-    root, relative, target = argv[1], argv[2], argv[3]
-    owner_uid, owner_gid, uid, gid, read_only = (int(v) for v in argv[4:9])
+def mount(args, opened):
+    """Mounts per the 8 arguments; every descriptor it opens goes to `opened` (closed by the caller)."""
+    if len(args) != 8:
+        say("usage: mount-workspace.py ROOT RELATIVE TARGET OWNER_UID OWNER_GID SANDBOX_UID SANDBOX_GID READ_ONLY", 2)
+    root, relative, target = (str(v) for v in args[:3])
+    owner_uid, owner_gid, uid, gid, read_only = (int(v) for v in args[3:8])
     if not os.path.isabs(root) or os.path.isabs(relative) or ".." in relative.split("/"):
         say(f"bad arguments: ROOT {root!r} must be absolute and RELATIVE {relative!r} relative without '..'", 2)
     root_fd = open_directory(AT_FDCWD, root, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, f"root {root}")
-    fd = open_directory(root_fd, relative, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, f"{relative} under {root}") if relative else root_fd
+    opened.append(root_fd)
+    fd = root_fd
+    if relative:
+        fd = open_directory(root_fd, relative, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, f"{relative} under {root}")
+        opened.append(fd)
     # The checks the service made by path, made again on the descriptor that will be mounted.
     info = os.fstat(fd)
     if not stat.S_ISDIR(info.st_mode):
@@ -130,19 +144,51 @@ def main(argv):
     tree = libc.syscall(SYS_OPEN_TREE, fd, b"", AT_EMPTY_PATH | OPEN_TREE_CLONE | os.O_CLOEXEC)
     if tree < 0:
         fail("open_tree")
+    opened.append(tree)
     attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if read_only else 0)
     userns = 0
     if (owner_uid, owner_gid) != (uid, gid):
         attrs |= MOUNT_ATTR_IDMAP
         userns = mapping_namespace(owner_uid, owner_gid, uid, gid)
+        opened.append(userns)
     attr = MountAttr(attrs, 0, 0, userns)
     if libc.syscall(SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) < 0:
         fail("mount_setattr (idmapped mounts need Linux >= 5.12 and a filesystem that supports them)" if userns else "mount_setattr")
     target_fd = open_directory(AT_FDCWD, target, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, f"target {target}", changed=1)
+    opened.append(target_fd)
     if libc.syscall(SYS_MOVE_MOUNT, tree, b"", target_fd, b"", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0:
         fail("move_mount")
-    sys.stdout.write(json.dumps({"dev": str(info.st_dev), "ino": str(info.st_ino)}) + "\n")
+    return {"dev": str(info.st_dev), "ino": str(info.st_ino)}
+
+
+def answer(args):
+    """One request's answer: what `mount` returned, or the failure; its descriptors closed either way."""
+    opened = []
+    try:
+        return mount(args, opened)
+    except Failure as failure:
+        return {"code": failure.code, "message": str(failure)}
+    except (ValueError, TypeError, OSError) as error:
+        return {"code": 1, "message": f"{type(error).__name__}: {error}"}
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def serve():
+    for line in sys.stdin:
+        try:
+            args = json.loads(line)
+        except ValueError as error:
+            args = [f"not JSON: {error}"]
+        sys.stdout.write(json.dumps(answer(args if isinstance(args, list) else [])) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        result = answer(sys.argv[1:])
+        sys.stdout.write((json.dumps(result) if "dev" in result else result["message"]) + "\n")
+        sys.exit(result.get("code", 0))

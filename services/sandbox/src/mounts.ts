@@ -1,10 +1,10 @@
 import { execFile } from "node:child_process";
 import { mkdir, readdir, readFile, rmdir, stat } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { TackError } from "@tack/bus";
 import { isInside } from "@tack/config";
+import { askMountHelper, SYSTEM_PYTHON, warmMountHelper, type HelperAnswer } from "./mount-helper.js";
 
 const run = promisify(execFile);
 
@@ -31,6 +31,7 @@ export class SlotMounts {
     try {
       await mkdir(join(root, "slots"), { recursive: true, mode: 0o700 });
       if (!(await isMountPoint(root))) await mounts(`mount --bind "$1" "$1" && mount --make-private "$1"`, root);
+      warmMountHelper();
     } catch (error) {
       throw new TackError(
         "sandbox.pool_unavailable",
@@ -168,10 +169,7 @@ export interface DirIdentity {
   readonly ino: string;
 }
 
-const MOUNT_HELPER = fileURLToPath(new URL("./mount-workspace.py", import.meta.url));
-// The system's Python, never one found on PATH: the helper runs as root (and a version manager's shim adds ~250 ms).
-const SYSTEM_PYTHON = "/usr/bin/python3";
-// The helper's exit code when the workspace is not the directory that was checked.
+// The helper's code when the workspace is not the directory that was checked.
 const CHANGED = 3;
 
 /**
@@ -187,32 +185,31 @@ const CHANGED = 3;
 export async function mountWorkspace(source: WorkspaceSource, target: string, readOnly: boolean, owner: Ids, user: Ids): Promise<DirIdentity> {
   const relative = source.path === source.root ? "" : source.path.slice(source.root.endsWith("/") ? source.root.length : source.root.length + 1);
   if (!isInside(source.path, source.root)) throw new TackError("sandbox.bad_workspace", `workspace ${source.path} does not lie under ${source.root}; this is a bug in the sandbox service`);
+  let answer: HelperAnswer;
   try {
-    const { stdout } = await run(SYSTEM_PYTHON, ["-I", "-S", MOUNT_HELPER, source.root, relative, target, String(owner.uid), String(owner.gid), String(user.uid), String(user.gid), readOnly ? "1" : "0"]);
-    const { dev, ino } = JSON.parse(stdout) as DirIdentity;
-    return { dev, ino };
+    answer = await askMountHelper([source.root, relative, target, String(owner.uid), String(owner.gid), String(user.uid), String(user.gid), readOnly ? "1" : "0"]);
   } catch (error) {
-    const said = ((error as { stdout?: string }).stdout ?? "").trim() || (error as Error).message.trim();
-    if ((error as { code?: unknown }).code === CHANGED) {
-      throw new TackError(
-        "sandbox.workspace_changed",
-        `workspace ${source.path} changed while its sandbox was being made (${said}); a sandbox mounts only the directory that was checked, reached from ${source.root} without symlinks (decision 0021). Stop whatever renames or replaces it and retry`,
-        { details: { workspace: source.path } },
-      );
-    }
-    if (owner.uid !== user.uid || owner.gid !== user.gid) {
-      throw new TackError(
-        "sandbox.ownership_mapping_failed",
-        `could not mount workspace ${source.path} with its owner ${owner.uid}:${owner.gid} mapped to the sandbox user ${user.uid}:${user.gid} (${said}); run the sandbox service as root on a Linux >= 5.12 host with ${SYSTEM_PYTHON} (Debian package python3), or \`chown -R ${user.uid}:${user.gid} ${source.path}\``,
-        { cause: error },
-      );
-    }
+    answer = { code: 1, message: (error as Error).message };
+  }
+  if ("dev" in answer) return { dev: answer.dev, ino: answer.ino };
+  const said = answer.message;
+  if (answer.code === CHANGED) {
     throw new TackError(
-      "sandbox.workspace_mount_failed",
-      `could not mount workspace ${source.path} for its sandbox (${said}); the sandbox service mounts every workspace itself from a descriptor it checked (decision 0021): run it as root on the Docker host, Linux >= 5.12, with ${SYSTEM_PYTHON} (Debian package python3)`,
-      { cause: error },
+      "sandbox.workspace_changed",
+      `workspace ${source.path} changed while its sandbox was being made (${said}); a sandbox mounts only the directory that was checked, reached from ${source.root} without symlinks (decision 0021). Stop whatever renames or replaces it and retry`,
+      { details: { workspace: source.path } },
     );
   }
+  if (owner.uid !== user.uid || owner.gid !== user.gid) {
+    throw new TackError(
+      "sandbox.ownership_mapping_failed",
+      `could not mount workspace ${source.path} with its owner ${owner.uid}:${owner.gid} mapped to the sandbox user ${user.uid}:${user.gid} (${said}); run the sandbox service as root on a Linux >= 5.12 host with ${SYSTEM_PYTHON} (Debian package python3), or \`chown -R ${user.uid}:${user.gid} ${source.path}\``,
+    );
+  }
+  throw new TackError(
+    "sandbox.workspace_mount_failed",
+    `could not mount workspace ${source.path} for its sandbox (${said}); the sandbox service mounts every workspace itself from a descriptor it checked (decision 0021): run it as root on the Docker host, Linux >= 5.12, with ${SYSTEM_PYTHON} (Debian package python3)`,
+  );
 }
 
 // Runs a fixed script of mount commands with `args` as its positional parameters ($1, $2, ...).
