@@ -269,3 +269,23 @@ describe("code mode in the sandbox", () => {
     expect(malformed).toMatchObject({ isError: true, content: expect.stringContaining("sent a malformed message to the tools service") });
   });
 });
+
+// gVisor is the runtime a team deployment is told to use: the program's node and its stream work there too.
+describe("code mode in a gVisor sandbox", () => {
+  let s: ToolsOverBus;
+  beforeAll(async () => {
+    s = await ToolsOverBus.start({ mode: "code", sessionId: "g1", runtime: "runsc" });
+  });
+  afterAll(() => s?.stop());
+
+  it("code mode in a gVisor sandbox - a program's calls come back over the stream and its own process runs under runsc", async () => {
+    const code = `
+      await tools.write({ path: "g.txt", content: "under gvisor\\n" });
+      const kernel = require("child_process").execSync("dmesg 2>/dev/null | head -1 || true", { encoding: "utf8" });
+      return [await tools.read({ path: "g.txt" }), /gVisor/.test(kernel)];`;
+    const response = await s.call("run_code", { code });
+    expect(response.isError, response.content).toBe(false);
+    expect(JSON.parse(response.content.replace(/^returned: /, ""))).toEqual(["     1\tunder gvisor", true]);
+    expect(response.innerCalls.map((c) => c.name)).toEqual(["write", "read"]);
+  });
+});

@@ -33,7 +33,8 @@ export class ToolsOverBus {
     this.#tools = tools;
   }
 
-  static async start(options: { mode: string; sessionId: string; tenant?: string }): Promise<ToolsOverBus> {
+  /** `runtime` is the containers' Docker runtime (default runc). */
+  static async start(options: { mode: string; sessionId: string; tenant?: string; runtime?: string }): Promise<ToolsOverBus> {
     const session = { sessionId: options.sessionId, tenant: options.tenant ?? "t1", mode: options.mode };
     const workspace = mkdtempSync(join(tmpdir(), `tack-${options.mode}-mode-`));
     if (process.getuid?.() === 0) chownSync(workspace, 1000, 1000);
@@ -41,7 +42,7 @@ export class ToolsOverBus {
     await ensureLogStream(bus.nc, bus.names);
     const writer = await SessionLogWriter.open(bus.nc, bus.names, session);
     await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ ...session, workspace, formatVersion: FORMAT_VERSION }), "test"));
-    const sandbox = await startSandboxService({ natsUrl: NATS_URL, namespace: bus.names.namespace, poolSize: 0 });
+    const sandbox = await startSandboxService({ natsUrl: NATS_URL, namespace: bus.names.namespace, poolSize: 0, ...(options.runtime && { runtime: options.runtime }) });
     const tools = await startToolsService({ natsUrl: NATS_URL, namespace: bus.names.namespace });
     return new ToolsOverBus(bus, workspace, session, sandbox, tools);
   }
