@@ -2,10 +2,12 @@
 // symlink to / in a tight loop while other sessions are created on that directory. Each of them
 // must get the directory that was checked or a clear refusal, never the host's root (decision 0021).
 import { randomBytes } from "node:crypto";
-import { chown, mkdir, symlink, writeFile } from "node:fs/promises";
+import { chown, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { docker, Harness, type ExecResult } from "./helpers.js";
+import { DockerBackend } from "../src/backends/docker.js";
+import { docker, Harness, rejection, type ExecResult } from "./helpers.js";
 
 // Swaps `sub` (a directory) and `link` (a symlink to /) with renameat2(RENAME_EXCHANGE) until `stop`
 // exists: for 1 ms as fast as it can, then 0.5 ms with the directory in place. So the symlink is there
@@ -98,5 +100,47 @@ describe("sandbox workspace mounted from what was checked", () => {
     expect(outcomes).toHaveLength(SESSIONS);
     // Nothing left behind by the refusals.
     for (const outcome of refused) expect(await h.containerIds(outcome.session), outcome.session).toEqual([]);
+  });
+});
+
+// A backend whose sandboxes are served another directory than the one mounted for them: what the
+// check after the start exists for, whatever the cause.
+class ServedElsewhere extends DockerBackend {
+  override async workspaceIdentity(id: string, label: string): Promise<{ dev: string; ino: string } | undefined> {
+    const seen = await super.workspaceIdentity(id, label);
+    return seen && { dev: seen.dev, ino: `${seen.ino}0` };
+  }
+}
+
+describe("sandbox workspace verified in the started container", () => {
+  let pooled: Harness;
+  let cold: Harness;
+  let poolDir: string;
+
+  beforeAll(async () => {
+    poolDir = await mkdtemp(join(tmpdir(), "tack-served-pool-"));
+    const backend = (options: ConstructorParameters<typeof DockerBackend>[0]) => new ServedElsewhere(options);
+    [pooled, cold] = await Promise.all([Harness.start({ poolSize: 1, poolDir, backend }), Harness.start({ poolSize: 0, poolDir, backend })]);
+    await pooled.service.whenPoolFull();
+  });
+  afterAll(async () => {
+    await pooled?.cleanup();
+    await cold?.cleanup();
+    await rm(poolDir, { recursive: true, force: true });
+  });
+
+  it("mount race - a sandbox served another inode than the one mounted is removed with its mount, cold or from the pool, and the ensure names the rule", async () => {
+    // A ready pool container serves the first (a uid-1000 workspace, no network); the second service has none.
+    expect(pooled.service.pool().ready).toBe(1);
+    for (const h of [pooled, cold]) {
+      const workspace = await h.workspace();
+      const error = await rejection(h.ensure({ sessionId: "served", workspace }));
+      expect(error.code).toBe("sandbox.workspace_changed");
+      expect(error.message).toMatch(new RegExp(`instead of workspace ${workspace} .*it was removed.*decision 0021`));
+      expect(await h.containerIds("served")).toEqual([]);
+      // Nothing stays mounted from it.
+      const mounted = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((line) => line.split(" ")[3] === workspace);
+      expect(mounted).toEqual([]);
+    }
   });
 });
