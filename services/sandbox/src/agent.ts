@@ -169,7 +169,8 @@ export class AgentChannel {
   /** Attaches to the sandbox `id` of `backend` (created, started or not); `handshake` must follow once it runs. */
   static async attach(backend: SandboxBackend, id: string, label: string): Promise<AgentChannel> {
     const streams = await backend.attach(id, label);
-    return new AgentChannel(streams, () => stopCause(backend, id, label), label);
+    const since = Date.now();
+    return new AgentChannel(streams, () => stopCause(backend, id, label, since), label);
   }
 
   /** True until the stream ended or broke. */
@@ -457,20 +458,29 @@ export class AgentChannel {
   }
 }
 
-/** Why a sandbox stopped, as the backend tells it. */
+const OOM_TEXT = "the container was killed for going over its memory limit";
+
+/** Why a sandbox stopped, as the backend tells it; `oomKilled` when its memory limit killed the whole sandbox. */
 interface StopCause {
   readonly text: string;
   readonly oomKilled: boolean;
 }
 
 // Why the sandbox stopped, once the backend knows it stopped: the memory limit, or the agent's exit.
-async function stopCause(backend: SandboxBackend, id: string, label: string): Promise<StopCause | undefined> {
+async function stopCause(backend: SandboxBackend, id: string, label: string, since: number): Promise<StopCause | undefined> {
+  // Under runc the kernel kills commands, which the agent reports itself, and Docker's OOM flag stays set while
+  // the container lives on: it cannot say what stopped it later. Under gVisor it means the sandbox's kernel went.
+  const wholeSandbox = (await backend.runtime().catch(() => undefined))?.userspaceKernel === true;
   const deadline = Date.now() + EXPLAIN_WITHIN_MS;
   while (Date.now() < deadline) {
     const state = await backend.state(id, label).catch(() => undefined);
     if (!state) return undefined;
-    if (state.oomKilled) return { text: "the container was killed for going over its memory limit", oomKilled: true };
-    if (!state.running) return { text: `the container stopped: its exec agent exited with code ${state.exitCode}`, oomKilled: false };
+    if (state.oomKilled) return { text: OOM_TEXT, oomKilled: wholeSandbox };
+    if (!state.running) {
+      // A SIGKILLed gVisor sandbox that nobody asked the engine to kill: its OOM killer, which the engine does not always report.
+      if (wholeSandbox && state.exitCode === 137 && (await backend.killRequested?.(id, since)) === false) return { text: OOM_TEXT, oomKilled: true };
+      return { text: `the container stopped: its exec agent exited with code ${state.exitCode}`, oomKilled: false };
+    }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   return undefined;

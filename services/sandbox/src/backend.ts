@@ -178,6 +178,12 @@ export interface SandboxBackend {
   /** Its state, or undefined when it does not exist. */
   state(id: string, label: string): Promise<SandboxState | undefined>;
   /**
+   * Whether the engine was asked to kill or stop it since `sinceMs` (ms since the epoch): tells a
+   * kill by someone from one by the kernel, whose OOM killer the engine does not always report
+   * (gVisor). Undefined when the backend cannot say; optional.
+   */
+  killRequested?(id: string, sinceMs: number): Promise<boolean | undefined>;
+  /**
    * The host device and inode (decimal strings) of the directory the running sandbox is served
    * at /workspace, read on the host where its runtime takes its files from (the container's own
    * mount namespace; gVisor's file proxy); undefined when it does not run. The service compares

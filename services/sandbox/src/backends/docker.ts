@@ -227,6 +227,21 @@ export class DockerBackend implements SandboxBackend {
     }
   }
 
+  async killRequested(id: string, sinceMs: number): Promise<boolean | undefined> {
+    try {
+      // Past events only (`until` now): the stream ends by itself. Docker records `kill` for its kill and stop calls, never for the kernel's.
+      const stream = await this.#docker.getEvents({
+        since: Math.floor(sinceMs / 1000), until: Math.ceil(Date.now() / 1000),
+        filters: { type: ["container"], container: [id], event: ["kill"] },
+      });
+      let text = "";
+      for await (const chunk of stream as unknown as AsyncIterable<Buffer>) text += chunk.toString("utf8");
+      return text.trim().length > 0;
+    } catch {
+      return undefined;
+    }
+  }
+
   async workspaceIdentity(id: string, label: string): Promise<{ dev: string; ino: string } | undefined> {
     let inspected: { Id: string; State: { Running: boolean; Pid: number }; HostConfig: { Runtime?: string } };
     try {
