@@ -57,8 +57,9 @@ export function needsMapping(workspace: Workspace): boolean {
  * Resolves a session's workspace under the operator's rules (`authorizeWorkspace`: inside the
  * tenant's roots or one of its managed workspaces, never overlapping Tack's own files) and
  * gives it the configured sandbox user. The check is repeated here, where the mount happens,
- * whatever the gateway checked. Refusals are `sandbox.workspace_forbidden`,
- * `sandbox.workspace_missing` or `sandbox.bad_workspace`.
+ * whatever the gateway checked, and once more by the mount, on the descriptor it mounts
+ * (decision 0021): this check is by path, which may change before the mount. Refusals are
+ * `sandbox.workspace_forbidden`, `sandbox.workspace_missing` or `sandbox.bad_workspace`.
  */
 export function resolveWorkspace(path: string, tenant: string, config: OperatorConfig): Workspace {
   try {
