@@ -97,6 +97,10 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     const answer = errorReply(new GatewayError(405, "gateway.method_not_allowed", "CONNECT is not supported: the gateway is no proxy; send GET, POST or DELETE to a route under /v1"), { log });
     const data = JSON.stringify(answer.body);
     socket.on("error", () => undefined);
+    // The socket is no longer the server's (closeAllConnections does not see it): read and drop
+    // whatever else the client sends, so its end is seen and the socket closes, and cut it after 5 s.
+    socket.resume();
+    socket.setTimeout(5_000, () => socket.destroy());
     socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(data)}\r\nallow: GET, POST, DELETE\r\nconnection: close\r\n\r\n${data}`);
   });
   app.addHook("onRoute", (route) => {

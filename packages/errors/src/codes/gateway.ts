@@ -30,7 +30,7 @@ export const GATEWAY_CODES = {
   "gateway.route_not_found": spec(404, "NOT_FOUND", false, "No route matches the path; the API is under /v1 (see the README's HTTP API)."),
   "gateway.session_busy": spec(409, "FAILED_PRECONDITION", false, "The session is running a turn, so it cannot be deleted now; wait for its turn/end and retry."),
   "gateway.session_not_found": spec(404, "NOT_FOUND", false, "The tenant of this API key has no such session; list yours with GET /v1/sessions."),
-  "gateway.unsupported_media_type": spec(415, "INVALID_ARGUMENT", false, "A workspace upload is not a tar archive; send application/x-tar or application/gzip, or no body for an empty workspace."),
+  "gateway.unsupported_media_type": spec(415, "INVALID_ARGUMENT", false, "The request body's Content-Type is not what the route takes (the message names both): JSON routes take application/json in UTF-8, a workspace upload application/x-tar or application/gzip (or no body for an empty workspace)."),
   "gateway.upload_too_large": spec(413, "INVALID_ARGUMENT", false, "The workspace archive (or what it unpacks to) is over workspaces.max_upload_bytes; upload a smaller archive."),
   "gateway.workspace_forbidden": spec(403, "PERMISSION_DENIED", false, "The workspace is outside the tenant's workspace roots or is (or contains) Tack's own install or state; use a directory under the roots the message names."),
   "gateway.workspace_not_directory": spec(400, "INVALID_ARGUMENT", false, "The workspace path exists but is not a directory; give the project's directory."),
