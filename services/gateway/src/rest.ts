@@ -100,7 +100,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     // The socket is no longer the server's (closeAllConnections does not see it): read and drop
     // whatever else the client sends, so its end is seen and the socket closes, and cut it after 5 s.
     socket.resume();
-    socket.setTimeout(5_000, () => socket.destroy());
+    (socket as Duplex & { setTimeout(ms: number, callback: () => void): void }).setTimeout(5_000, () => socket.destroy());
     socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(data)}\r\nallow: GET, POST, DELETE\r\nconnection: close\r\n\r\n${data}`);
   });
   app.addHook("onRoute", (route) => {
