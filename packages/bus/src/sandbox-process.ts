@@ -69,7 +69,8 @@ export async function openSandboxProcess(bus: Bus, request: SandboxProcessReques
   let inSeq = 1;
   let outSeq = 1;
   let closed = false;
-  let pinger: NodeJS.Timeout | undefined;
+  // Set once the stream is open; `finish` may run before that.
+  const timers: { pinger?: NodeJS.Timeout } = {};
   const publish = (frame: Partial<StdioFrame>) => {
     if (closed) return;
     try {
@@ -81,7 +82,7 @@ export async function openSandboxProcess(bus: Bus, request: SandboxProcessReques
   const finish = (ending: SandboxProcessExit) => {
     if (closed) return;
     closed = true;
-    clearInterval(pinger);
+    clearInterval(timers.pinger);
     subscription.unsubscribe();
     settle(ending);
   };
@@ -122,8 +123,8 @@ export async function openSandboxProcess(bus: Bus, request: SandboxProcessReques
       if (!closed) finish({ code: -1, reason: `the sandbox stream stopped answering pings (${(error as Error).message})` });
     }
   };
-  pinger = setInterval(() => void ping(), STDIO_PING_EVERY_MS);
-  pinger.unref();
+  timers.pinger = setInterval(() => void ping(), STDIO_PING_EVERY_MS);
+  timers.pinger.unref();
   return {
     pid: opened.pid,
     exit,
