@@ -174,7 +174,8 @@ const SETUP = {
 };
 const PACKAGES = {
   // libstdc++6 and ca-certificates for node; tar and coreutils (du) for managed workspaces are in minbase.
-  services: ["ca-certificates", "libstdc++6"],
+  // python3 (with ctypes) for the sandbox service's mount helper (decision 0021).
+  services: ["ca-certificates", "libstdc++6", "python3"],
   nats: ["nats-server"],
   postgres: ["postgresql-15", "postgresql-client-15"],
 };

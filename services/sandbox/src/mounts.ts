@@ -30,7 +30,11 @@ export class SlotMounts {
   static async prepare(root: string): Promise<SlotMounts> {
     try {
       await mkdir(join(root, "slots"), { recursive: true, mode: 0o700 });
-      if (!(await isMountPoint(root))) await mounts(`mount --bind "$1" "$1" && mount --make-private "$1"`, root);
+      // Private, so that nothing mounted here propagates elsewhere on the host; but when the directory two levels
+      // up (the pool directory) is a shared mount of its own, the service runs in a container whose mounts must
+      // reach the engine on the host through it (deploy/compose): then the replica directory joins that peer group.
+      const propagation = (await isSharedMountPoint(dirname(dirname(root)))) ? "--make-shared" : "--make-private";
+      if (!(await isMountPoint(root))) await mounts(`mount --bind "$1" "$1" && mount ${propagation} "$1"`, root);
       warmMountHelper();
     } catch (error) {
       throw new TackError(
@@ -226,8 +230,19 @@ async function unmountAll(path: string): Promise<void> {
 }
 
 async function isMountPoint(path: string): Promise<boolean> {
+  return (await mountInfo(path)) !== undefined;
+}
+
+// Whether `path` is a mount point of its own with shared propagation (a `shared:N` optional field).
+async function isSharedMountPoint(path: string): Promise<boolean> {
+  const fields = await mountInfo(path);
+  return fields !== undefined && fields.slice(6, fields.indexOf("-")).some((field) => field.startsWith("shared:"));
+}
+
+// The /proc/self/mountinfo fields of the mount at `path` (the last one mounted there), or undefined.
+async function mountInfo(path: string): Promise<string[] | undefined> {
   const table = await readFile("/proc/self/mountinfo", "utf8");
   // Field 5 is the mount point, with space, tab, newline and backslash escaped as octal.
   const escaped = path.replace(/[\\ \t\n]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, "0")}`);
-  return table.split("\n").some((line) => line.split(" ")[4] === escaped);
+  return table.split("\n").map((line) => line.split(" ")).findLast((fields) => fields[4] === escaped);
 }
