@@ -4,3 +4,4 @@ export { removeNamespace } from "./namespace.js";
 export { stopWaiting, waitFor, type Probe, type WaitOptions } from "./wait.js";
 export { startNatsCluster, type NatsCluster, type NatsClusterOptions } from "./cluster.js";
 export { CuttableProxy } from "./proxy.js";
+export { seededRandom } from "./random.js";

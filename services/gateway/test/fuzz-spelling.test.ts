@@ -16,6 +16,7 @@ import { Bus } from "@tack/bus";
 import { gatewayV1, WebSearchHealthRequest, WebSearchHealthResponse } from "@tack/proto";
 import { CONTRACT, OPEN_ROUTES, type Gateway } from "@tack/gateway-service";
 import { GatewayStack } from "./real-loop.js";
+import { seededRandom } from "@tack/testkit";
 
 const KEY_ACME = `acme-${randomBytes(16).toString("hex")}`;
 const KEY_GLOBEX = `globex-${randomBytes(16).toString("hex")}`;
@@ -26,17 +27,7 @@ let gateway: Gateway;
 let responder: Bus;
 let own: string;
 
-/** A deterministic PRNG (mulberry32), so a failing case can be reproduced from the seed. */
-function prng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = prng(SEED);
+const random = seededRandom(SEED);
 const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
 const chance = (p: number) => random() < p;
 

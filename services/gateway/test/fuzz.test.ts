@@ -13,6 +13,7 @@ import { Bus } from "@tack/bus";
 import { gatewayV1 } from "@tack/proto";
 import { CONTRACT, MAX_BODY_BYTES, type Gateway, type OperationSpec } from "@tack/gateway-service";
 import { GatewayStack, type RealLoop } from "./real-loop.js";
+import { seededRandom } from "@tack/testkit";
 
 const KEY_ACME = `acme-${randomBytes(16).toString("hex")}`;
 const KEY_GLOBEX = `globex-${randomBytes(16).toString("hex")}`;
@@ -27,17 +28,7 @@ let workspace: string;
 let own: string;
 let foreign: string;
 
-/** A deterministic PRNG (mulberry32), so a failing case can be reproduced. */
-function prng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = prng(11);
+const random = seededRandom(11);
 
 beforeAll(async () => {
   stack = await GatewayStack.start({
