@@ -35,7 +35,7 @@ export function firstRequestTokens(mode: string): number {
  */
 export async function benchRunCode(): Promise<Record<string, unknown>> {
   const program = `for (let i = 0; i < ${CALLS_PER_BATCH}; i++) await tools.read({ path: "a.txt" });`;
-  const stack = await ToolsOverBus.start({ mode: "code", sessionId: "bench-code" });
+  const stack = await ToolsOverBus.start({ mode: "code", sessionId: "bench-code", tenant: "bench" });
   try {
     writeFileSync(join(stack.workspace, "a.txt"), "hello\n");
     const timed = async (fn: () => Promise<CallToolResponse>) => {
