@@ -30,10 +30,11 @@ export class SlotMounts {
   static async prepare(root: string): Promise<SlotMounts> {
     try {
       await mkdir(join(root, "slots"), { recursive: true, mode: 0o700 });
-      // Private, so that nothing mounted here propagates elsewhere on the host; but when the directory two levels
-      // up (the pool directory) is a shared mount of its own, the service runs in a container whose mounts must
-      // reach the engine on the host through it (deploy/compose): then the replica directory joins that peer group.
-      const propagation = (await isSharedMountPoint(dirname(dirname(root)))) ? "--make-shared" : "--make-private";
+      // Private, so that nothing mounted here propagates elsewhere on the host. A sandbox service in a container
+      // (deploy/compose sets TACK_SANDBOX_SHARED_MOUNTS=1) mounts in its own namespace and must reach the engine on
+      // the host through the pool directory's shared mount: there the replica directory joins that peer group.
+      // Never on the host itself: shared slots under a shared replica directory propagate into each other.
+      const propagation = process.env.TACK_SANDBOX_SHARED_MOUNTS === "1" ? "--make-shared" : "--make-private";
       if (!(await isMountPoint(root))) await mounts(`mount --bind "$1" "$1" && mount ${propagation} "$1"`, root);
       warmMountHelper();
     } catch (error) {
@@ -231,12 +232,6 @@ async function unmountAll(path: string): Promise<void> {
 
 async function isMountPoint(path: string): Promise<boolean> {
   return (await mountInfo(path)) !== undefined;
-}
-
-// Whether `path` is a mount point of its own with shared propagation (a `shared:N` optional field).
-async function isSharedMountPoint(path: string): Promise<boolean> {
-  const fields = await mountInfo(path);
-  return fields !== undefined && fields.slice(6, fields.indexOf("-")).some((field) => field.startsWith("shared:"));
 }
 
 // The /proc/self/mountinfo fields of the mount at `path` (the last one mounted there), or undefined.
