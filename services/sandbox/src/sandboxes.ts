@@ -355,8 +355,9 @@ export class Sandboxes {
    * cleaning up (and were never restarted) left mounted on the host.
    */
   async collectAbandonedSlots(): Promise<void> {
-    const containers = await this.#backend.list({ [LABELS.pool]: true });
-    const inUse = new Set(containers.map((info) => info.labels[LABELS.pool] ?? ""));
+    // Pool containers carry their slot, containers created directly their mount: both are in use while the container exists, stopped or not.
+    const containers = [...(await this.#backend.list({ [LABELS.pool]: true })), ...(await this.#backend.list({ [LABELS.mount]: true }))];
+    const inUse = new Set(containers.flatMap((info) => [info.labels[LABELS.pool], info.labels[LABELS.mount]]).filter((path): path is string => Boolean(path)));
     await collectAbandoned(this.#options.poolDir, inUse, join(this.#options.poolDir, this.#options.namespace, this.#options.replicaId), ABANDONED_AFTER_MS);
   }
 
