@@ -95,8 +95,9 @@ describe("background jobs", () => {
   });
 
   it("jobs - a job that ignores SIGTERM gets SIGKILL after the grace", async () => {
-    const id = await start("trap '' TERM; echo ready; sleep 300");
-    await waitFor("the trap to be set", async () => (await ws.call("job_output", { id })).content.includes("ready"), { timeoutMs: 5_000, intervalMs: 20 });
+    // The mark is computed, so that job_output's header (which repeats the command) cannot match before the trap is set.
+    const id = await start("trap '' TERM; echo trap set $((40 + 2)); sleep 300");
+    await waitFor("the trap to be set", async () => (await ws.call("job_output", { id })).content.includes("trap set 42"), { timeoutMs: 5_000, intervalMs: 20 });
     const started = performance.now();
     expect((await ws.call("job_kill", { id })).content).toContain(`Killed job ${id}`);
     expect(performance.now() - started).toBeGreaterThan(1_500);
