@@ -1,5 +1,7 @@
 import { EVENT_CATALOG, Event, type EventPayloadCase, type EventTypeInfo, type Surface, type Timestamp } from "@tack/proto";
 
+export { timestampMs } from "./time.js";
+
 const byCase = new Map<string, EventTypeInfo>(EVENT_CATALOG.map((e) => [e.payloadCase, e]));
 const byType = new Map<string, EventTypeInfo>(EVENT_CATALOG.map((e) => [e.type, e]));
 
@@ -50,9 +52,4 @@ export function isCase<C extends EventPayloadCase>(event: Event, payloadCase: C)
 export function now(): Timestamp {
   const micros = Math.round((performance.timeOrigin + performance.now()) * 1000);
   return { seconds: Math.floor(micros / 1e6), nanos: (micros % 1e6) * 1000 };
-}
-
-/** Milliseconds since the epoch (fractional) of a Timestamp. */
-export function timestampMs(t: Timestamp | undefined): number {
-  return t ? t.seconds * 1000 + t.nanos / 1e6 : 0;
 }
