@@ -1,6 +1,6 @@
 // The MCP configuration files `tack mcp` edits: the user's ~/.tack/mcp.json and a workspace's
 // .mcp.json, both in Claude Code's format {"mcpServers": {name: {...}}}. Servers are validated
-// with the MCP service's own parser (services/mcp/src/config.ts), so what is written here is
+// with the MCP service's own parser (@tack/mcp-config), so what is written here is
 // exactly what the service accepts.
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
@@ -8,7 +8,7 @@ import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/pro
 import { homedir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { TackError } from "@tack/bus";
-import { importMcpConfig, loadMcpConfigFile, parseServers, type McpConfigFormat, type McpServerConfig } from "@tack/mcp-service";
+import { importMcpConfig, loadMcpConfigFile, parseServers, type McpConfigFormat, type McpServerConfig } from "@tack/mcp-config";
 import { parse as parseToml, stringify as stringifyToml } from "smol-toml";
 import type { Scope } from "./args.js";
 

@@ -25,7 +25,7 @@ export interface ServiceEnv {
   readonly operatorKeys?: boolean;
 }
 
-/** The model providers' keys, as the llm service's credential loader reads them (`<PROVIDER>_API_KEY`, services/llm/src/credentials.ts). */
+/** The model providers' keys, as the llm service's credential loader reads them (`<PROVIDER>_API_KEY`, @tack/credentials). */
 export const PROVIDER_KEY_VARIABLES = ["DEEPSEEK_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"] as const;
 
 /**

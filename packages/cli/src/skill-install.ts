@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { basename, isAbsolute, join, relative, resolve } from "node:path";
 import { TackError } from "@tack/bus";
 import type { OperatorConfig } from "@tack/config";
-import { parseSkill, type ParsedSkill } from "@tack/skills-service";
+import { parseSkill, type ParsedSkill } from "@tack/skills-format";
 import type { Scope } from "./args.js";
 
 /** A kind of source, as the operator's `skills.install.sources` names it. */

@@ -4,7 +4,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { KEYED_PROVIDERS, keyVariable } from "../../../services/llm/src/credentials.js";
+import { KEYED_PROVIDERS, keyVariable } from "@tack/credentials";
 import { mayReceive, serviceEnvironment } from "../src/service-env.js";
 import { PROVIDER_KEY_VARIABLES, SERVICES, type ServiceName } from "../src/services.js";
 

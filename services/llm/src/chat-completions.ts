@@ -1,7 +1,7 @@
 import { TackError } from "@tack/bus";
 import { Delta_Kind, Role, type ChatMessage, type CompleteRequest, type Delta, type ToolCall, type Usage } from "@tack/proto";
 import { z } from "zod";
-import { keyVariable, type KeyedProvider } from "./credentials.js";
+import { keyVariable, type KeyedProvider } from "@tack/credentials";
 import { CANNOT_VIEW_IMAGES, IMAGE_MISSING, type LoadedImages } from "./images.js";
 import { errorDetail, malformed, missingKey, rateLimited, streamSse, type SseConsumer } from "./http.js";
 import { toolParameters, type Completion, type Provider, type ProviderEntry } from "./provider.js";

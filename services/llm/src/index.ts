@@ -11,4 +11,3 @@ export type { ChatCompletionsOptions } from "./chat-completions.js";
 export type { RetryOptions } from "./retry.js";
 export { DEFAULT_PRICE_TABLE, loadPriceTable, parsePriceTable, priceFor, type Price, type PriceConfig, type PriceTable } from "./prices.js";
 export { countRequestTokens, countTokens } from "./tokens.js";
-export { credentialsPath, loadCredentials, type ApiKey, type CredentialOptions, type Credentials, type KeyedProvider } from "./credentials.js";

@@ -3,7 +3,7 @@ import { Bus, inSpan, serveStream, TackError, type BusAuth } from "@tack/bus";
 import { registerMicro } from "@tack/bus";
 import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice, CountTokensRequest, CountTokensResponse, EstimateCostRequest, EstimateCostResponse } from "@tack/proto";
 import { ANTHROPIC_BASE_URL, anthropicProvider } from "./anthropic.js";
-import { loadCredentials } from "./credentials.js";
+import { loadCredentials } from "@tack/credentials";
 import { DEFAULT_IMAGE_MODELS, ImageLoader, imageModels } from "./images.js";
 import { DEEPSEEK_BASE_URL, deepseekProvider } from "./deepseek.js";
 import { OPENAI_BASE_URL, openaiProvider } from "./openai.js";

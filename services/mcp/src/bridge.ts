@@ -5,7 +5,7 @@ import { createHash } from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { ErrorCode, McpError, ToolListChangedNotificationSchema, type Tool } from "@modelcontextprotocol/sdk/types.js";
 import { TackError } from "@tack/bus";
-import type { Approval, McpServerConfig } from "./config.js";
+import type { Approval, McpServerConfig } from "@tack/mcp-config";
 import { renderContent, type McpContentBlock } from "./content.js";
 import { publicToolName } from "./names.js";
 import { linearSchemaValidator } from "./schema-validator.js";

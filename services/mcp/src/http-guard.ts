@@ -1,9 +1,9 @@
 // HTTP MCP servers are reached from this service's host, next to NATS, the database and the
-// metadata endpoint: every request goes through web_fetch's guard (services/tools/src/web/guard.ts,
+// metadata endpoint: every request goes through the egress guard web_fetch uses (@tack/egress,
 // imported, not copied). The URL is checked, its host resolved once and every address classified;
 // the connection is pinned to the checked addresses, and only the configured origin is fetched.
 import { TackError } from "@tack/bus";
-import { checkUrl, GuardError, parseAllowList, pinnedLookup, resolveDestination, systemResolver, type GuardPolicy, type Resolver } from "@tack/tools-service/web-guard";
+import { checkUrl, GuardError, parseAllowList, pinnedLookup, resolveDestination, systemResolver, type GuardPolicy, type Resolver } from "@tack/egress";
 import type { FetchLike } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { Agent, fetch as undiciFetch } from "undici";
 

@@ -1,7 +1,6 @@
 // The MCP bridge service: tools of MCP servers (stdio in the session's sandbox, or Streamable HTTP) over the bus.
 export { startMcpService, type McpService, type McpServiceOptions } from "./service.js";
 export { McpBridge, DESCRIPTION_CAP, type BackoffOptions, type BridgeOptions, type BridgeTool, type McpCallResult, type ServerState, type ServerStatus } from "./bridge.js";
-export { importMcpConfig, importMcpJsonLenient, loadMcpConfigFile, parseServers, parseServersLenient, type HttpServerConfig, type McpConfigFormat, type McpServerConfig, type StdioServerConfig } from "./config.js";
 export { publicToolName, toolHash } from "./names.js";
 export { renderContent } from "./content.js";
 export { createTransport, serverEnv, spawnOnHost, PASSED_ENV, type HttpOptions, type Spawn, type SpawnedTransport } from "./transport.js";

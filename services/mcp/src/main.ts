@@ -4,7 +4,7 @@
 import { commonConfig, runMain } from "@tack/config";
 import { initTelemetry } from "@tack/telemetry";
 import { TackError } from "@tack/bus";
-import { loadMcpConfigFile } from "./config.js";
+import { loadMcpConfigFile } from "@tack/mcp-config";
 import { startMcpService } from "./service.js";
 
 const telemetry = initTelemetry({ serviceName: "tack-mcp" });

@@ -3,7 +3,7 @@ import { Bus, registerMicro, serviceNamespace, type BusAuth } from "@tack/bus";
 import { CallMcpToolRequest, CallMcpToolResponse, ListMcpToolsRequest, ListMcpToolsResponse } from "@tack/proto";
 import type { FetchLike } from "@modelcontextprotocol/sdk/shared/transport.js";
 import type { BackoffOptions } from "./bridge.js";
-import type { McpServerConfig } from "./config.js";
+import type { McpServerConfig } from "@tack/mcp-config";
 import { httpGuard, type HttpGuard } from "./http-guard.js";
 import { McpSessions } from "./sessions.js";
 import { ConfigSources } from "./sources.js";

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { DEFAULT_SILENCE_MS, TackError, type Bus } from "@tack/bus";
 import { EnsureSandboxRequest, EnsureSandboxResponse, type CallMcpToolRequest, type CallMcpToolResponse, type ListMcpToolsRequest, type ListMcpToolsResponse, type McpServerState, type McpTool } from "@tack/proto";
 import { McpBridge, type BackoffOptions, type BridgeTool } from "./bridge.js";
-import type { McpServerConfig } from "./config.js";
+import type { McpServerConfig } from "@tack/mcp-config";
 import { checkHttpServer } from "./http-guard.js";
 import { sandboxSpawn } from "./sandbox-stdio.js";
 import type { ConfigSources, ConfiguredServer } from "./sources.js";

@@ -4,7 +4,7 @@
 // size-capped; a broken file is a warning and a broken entry a failed server, the rest still count.
 import { lstat, open, realpath, stat } from "node:fs/promises";
 import { isAbsolute, join, relative, sep } from "node:path";
-import { importMcpJsonLenient, type McpServerConfig } from "./config.js";
+import { importMcpJsonLenient, type McpServerConfig } from "@tack/mcp-config";
 
 /** Largest configuration file read (user's or workspace's). */
 export const MAX_CONFIG_BYTES = 256 * 1024;

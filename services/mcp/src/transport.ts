@@ -6,7 +6,7 @@ import type { Stream } from "node:stream";
 import { StdioClientTransport, type StdioServerParameters } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { FetchLike, Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
-import type { McpServerConfig } from "./config.js";
+import type { McpServerConfig } from "@tack/mcp-config";
 import { guardedFetch, type HttpGuard } from "./http-guard.js";
 
 /** A started-or-not stdio transport plus what the bridge reads of it. */

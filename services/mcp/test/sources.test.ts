@@ -3,7 +3,8 @@ import { mkdir, mkdtemp, rm, symlink, utimes, writeFile } from "node:fs/promises
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConfigSources, importMcpJsonLenient, MAX_CONFIG_BYTES } from "../src/index.js";
+import { importMcpJsonLenient } from "@tack/mcp-config";
+import { ConfigSources, MAX_CONFIG_BYTES } from "../src/index.js";
 
 let root: string;
 beforeAll(async () => {

@@ -7,7 +7,7 @@ import { homedir } from "node:os";
 import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { TackError } from "@tack/bus";
-import { capDescription, parseSkill, SkillProblem, type ParsedSkill } from "./parse.js";
+import { capDescription, parseSkill, SkillProblem, type ParsedSkill } from "@tack/skills-format";
 
 /** Who invokes a skill: the model through the skill tool, or the user with /name. */
 export type Invoker = "model" | "user";

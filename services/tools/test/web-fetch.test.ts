@@ -15,7 +15,7 @@ import type { ToolContext } from "../src/tool.js";
 import { ToolError } from "../src/tool.js";
 import { createWebFetch, webFetch, webFetchOptionsFromEnv, type WebFetchOptions } from "../src/web/fetch.js";
 import { htmlToMarkdown } from "../src/web/markdown.js";
-import { dnsServerResolver, resolveDestination, checkUrl, parseAllowList } from "../src/web/guard.js";
+import { dnsServerResolver, resolveDestination, checkUrl, parseAllowList } from "@tack/egress";
 import { startDnsServer, type DnsServer } from "./support/dns-server.js";
 
 // Every packet stays on loopback: the HTTP servers listen on 127.0.0.1 and ::1, the DNS responder

@@ -9,7 +9,7 @@ import { defineTool, ToolError, type Tool } from "../tool.js";
 import {
   checkUrl, dnsServerResolver, GuardError, parseAllowList, pinnedLookup, resolveDestination, systemResolver,
   type Destination, type GuardPolicy, type Resolver,
-} from "./guard.js";
+} from "@tack/egress";
 import { documentToMarkdown, HtmlBudgetError, parseHtmlWithin } from "./markdown.js";
 
 /** How web_fetch may reach the network; every field has a safe default. */

@@ -1,4 +1,4 @@
-import { loadCredentials } from "@tack/llm-service";
+import { loadCredentials } from "@tack/credentials";
 
 // web_search's backends. Each one is a plain HTTPS API reached from the tools service itself
 // (not the sandbox, not through web_fetch's guard: their URLs are the operator's, never the

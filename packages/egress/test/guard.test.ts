@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import {
   addressLiteral, checkAddress, checkUrl, GuardError, MAX_URL_LENGTH, parseAllowList, pinnedLookup, resolveDestination,
   type GuardPolicy, type Resolver,
-} from "../src/web/guard.js";
+} from "../src/index.js";
 
 // No network here: every decision is the guard's alone (resolvers are in-memory).
 const open: GuardPolicy = { allow: [], ownAddresses: () => [] };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { MAX_FRONT_MATTER_CHARS, parseSkill } from "../src/parse.js";
+import { MAX_FRONT_MATTER_CHARS, parseSkill } from "../src/index.js";
 
 const skill = (frontMatter: string) => `---\ndescription: d\n${frontMatter}\n---\nbody`;
 
