@@ -1,7 +1,7 @@
-import { DecideApprovalRequest, DecideApprovalResponse } from "@tack/proto";
+import { DecideApprovalRequest, DecideApprovalResponse, type gatewayV1 } from "@tack/proto";
 import { callerActor, callerKeyId, type DecisionAction } from "./audit.js";
 import type { Call, Operation } from "./call.js";
-import { requestLoop, requireSession, type GatewayContext } from "./sessions.js";
+import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
 
 // Who decided is the authenticated key: its tenant (`decided_by`), name and id, taken from the
 // call, never from the request body; the loop logs them with the decision and the gateway
@@ -12,10 +12,10 @@ import { requestLoop, requireSession, type GatewayContext } from "./sessions.js"
  * decided by the caller's key; the seq of the logged `approval/decided`, 404
  * (`loop.no_pending_approval`) when that call is not waiting.
  */
-export function decideApproval(context: GatewayContext): Operation {
+export function decideApproval(context: GatewayContext): Operation<gatewayV1.DecideApprovalRequest> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
-    const request = DecideApprovalRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.call_id as string, decision: body.decision as string, ...decider(call) });
+    const request = DecideApprovalRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.callId, decision: body.decision, ...decider(call) });
     const seq = await decide(context, call, row.id, request, "approval.decide", { call_id: request.callId, decision: request.decision });
     return { body: { seq } };
   };
@@ -27,12 +27,12 @@ export function decideApproval(context: GatewayContext): Operation {
  * `question/answered`, 400 (`loop.bad_answer`) when an answer does not fit its question, 404
  * (`loop.no_pending_question`) when that call is not waiting.
  */
-export function answerQuestion(context: GatewayContext): Operation {
+export function answerQuestion(context: GatewayContext): Operation<gatewayV1.AnswerQuestionRequest> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
-    const answers = (body.answers as { selected?: string[]; other?: string }[]).map((a) => ({ selected: a.selected ?? [], other: a.other ?? "" }));
+    const answers = body.answers.map((a) => ({ selected: a.selected, other: a.other }));
     const request = DecideApprovalRequest.fromPartial({
-      tenant: row.tenant, sessionId: row.id, callId: body.call_id as string, decision: "", ...decider(call), kind: "question", answers: { answers },
+      tenant: row.tenant, sessionId: row.id, callId: body.callId, decision: "", ...decider(call), kind: "question", answers: { answers },
     });
     const seq = await decide(context, call, row.id, request, "question.answer", { call_id: request.callId });
     return { body: { seq } };
@@ -45,12 +45,12 @@ export function answerQuestion(context: GatewayContext): Operation {
  * `feedback` goes to the model. The seq of the logged `plan/decided`, 404 (`loop.no_pending_plan`)
  * when no plan waits.
  */
-export function decidePlan(context: GatewayContext): Operation {
+export function decidePlan(context: GatewayContext): Operation<gatewayV1.DecidePlanRequest> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const request = DecideApprovalRequest.fromPartial({
-      tenant: row.tenant, sessionId: row.id, callId: (body.call_id as string | undefined) ?? "", decision: body.approve === true ? "approve" : "reject",
-      ...decider(call), kind: "plan", feedback: (body.feedback as string | undefined) ?? "",
+      tenant: row.tenant, sessionId: row.id, callId: body.callId ?? "", decision: body.approve ? "approve" : "reject",
+      ...decider(call), kind: "plan", feedback: body.feedback,
     });
     const seq = await decide(context, call, row.id, request, "plan.decide", { call_id: request.callId, decision: request.decision });
     return { body: { seq } };

@@ -1,4 +1,7 @@
-// What every operation of the gateway receives, whichever transport (REST or gRPC) carried it.
+// What every operation of the gateway receives, whichever transport (REST or gRPC) carried it:
+// its request as the generated tack.gateway.v1 message, decoded once by the transport.
+import { gatewayV1 } from "@tack/proto";
+import type { OperationSpec } from "./gen/contract.js";
 
 /** The authenticated caller: its key (by hash, never the key), the key's name and role. */
 export interface Caller {
@@ -25,5 +28,35 @@ export interface Reply {
   readonly json?: string;
 }
 
-/** A unary operation: the request is the proto request message in its REST form (snake_case fields, validated, defaults applied). */
-export type Operation = (call: Call, request: Record<string, unknown>) => Promise<Reply>;
+/** A unary operation of the contract, given its request message (`tack.gateway.v1.<Rpc>Request`, validated, defaults applied). */
+export type Operation<Req> = (call: Call, request: Req) => Promise<Reply>;
+
+/** A unary operation bound to the generated codec of its request message: what REST and gRPC dispatch to. */
+export interface Endpoint {
+  /** The request message's codec (checked against the contract's `requestType` by `endpointOf`). */
+  readonly codec: object;
+  /** Decodes the request from its REST form (snake_case fields, validated, defaults applied) and runs the operation. */
+  run(call: Call, request: unknown): Promise<Reply>;
+}
+
+/** Binds an operation to its request message's codec, so the operation's request type is the message's. */
+export function endpoint<Req>(codec: { fromJSON(object: unknown): Req }, operation: Operation<Req>): Endpoint {
+  return { codec, run: (call, request) => operation(call, codec.fromJSON(request)) };
+}
+
+const MESSAGES = new Map<string, unknown>(Object.entries(gatewayV1));
+
+/** The endpoint of `spec`'s rpc; refuses a missing one, or one whose codec is not the contract's request message. */
+export function endpointOf(endpoints: Readonly<Record<string, Endpoint>>, spec: OperationSpec): Endpoint {
+  const found = endpoints[spec.rpc];
+  if (!found) throw new Error(`the contract's ${spec.rpc} has no operation`);
+  if (found.codec !== MESSAGES.get(spec.requestType)) throw new Error(`the operation of ${spec.rpc} decodes another message than the contract's ${spec.requestType}; bind it with endpoint(gatewayV1.${spec.requestType}, …)`);
+  return found;
+}
+
+/** The generated codec of a tack.gateway.v1 message by name (a contract's `responseType`). */
+export function messageCodec(name: string): { fromJSON(object: unknown): unknown } {
+  const codec = MESSAGES.get(name);
+  if (typeof codec !== "object" || codec === null || !("fromJSON" in codec) || typeof codec.fromJSON !== "function") throw new Error(`no message ${name} in tack.gateway.v1`);
+  return { fromJSON: (object) => codec.fromJSON(object) };
+}

@@ -1,17 +1,17 @@
-import type { SandboxMode } from "@tack/config";
-import { SetSandboxModeRequest, SetSandboxModeResponse } from "@tack/proto";
+import { SetSandboxModeRequest, SetSandboxModeResponse, type gatewayV1 } from "@tack/proto";
 import type { Operation } from "./call.js";
-import { requestLoop, requireSession, type GatewayContext } from "./sessions.js";
+import { sandboxModeField } from "./validation.js";
+import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
 
 /**
  * `SetSandboxMode`: changes the session's sandbox mode, changed by the caller's tenant; the seq
  * of the logged `sandbox/mode` (0 when it already was that mode), 409 while a turn runs
  * (`loop.busy`) or a process started under a wider mode still runs (`loop.mode_change_refused`).
  */
-export function setSandboxMode(context: GatewayContext): Operation {
+export function setSandboxMode(context: GatewayContext): Operation<gatewayV1.SetSandboxModeRequest> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
-    const mode = body.mode as SandboxMode;
+    const mode = sandboxModeField("mode", body.mode);
     context.policy.checkSandboxMode(call.tenant, mode);
     const response = await changeMode(context, row.tenant, row.id, { setting: "sandbox", mode, changedBy: call.tenant });
     await context.index.setSandboxMode(row.id, mode);
@@ -23,10 +23,10 @@ export function setSandboxMode(context: GatewayContext): Operation {
  * `SetPlanMode`: turns plan mode on (tools that can write are refused until a plan is approved)
  * or off, changed by the caller's tenant; the seq of the logged `plan/mode` (0 when it already was).
  */
-export function setPlanMode(context: GatewayContext): Operation {
+export function setPlanMode(context: GatewayContext): Operation<gatewayV1.SetPlanModeRequest> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
-    const on = body.on === true;
+    const { on } = body;
     const response = await changeMode(context, row.tenant, row.id, { setting: "plan", mode: on ? "on" : "off", changedBy: call.tenant });
     return { body: { seq: response.seq, plan_mode: on } };
   };
@@ -37,10 +37,10 @@ export function setPlanMode(context: GatewayContext): Operation {
  * message; the seq of the logged `session/mode` (0 when it already was that mode), 409
  * (`loop.mode_fixed`) once the session has messages, 400 for a mode the tools service lacks.
  */
-export function setSessionMode(context: GatewayContext): Operation {
+export function setSessionMode(context: GatewayContext): Operation<gatewayV1.SetSessionModeRequest> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
-    const mode = body.mode as string;
+    const { mode } = body;
     const response = await changeMode(context, row.tenant, row.id, { setting: "session", mode, changedBy: call.tenant });
     await context.index.setMode(row.id, mode);
     return { body: { seq: response.seq, mode } };

@@ -1,37 +1,13 @@
-import type { JetStreamManager } from "@nats-io/jetstream";
-import { DEFAULT_SILENCE_MS, TackError, type Bus, type Codec } from "@tack/bus";
-import type { SandboxMode } from "@tack/config";
-import { CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse, CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
-import type { AuditLog } from "./audit.js";
-import type { Call, Operation, Reply } from "./call.js";
+import { DEFAULT_SILENCE_MS } from "@tack/bus";
+import { CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse, CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse, type gatewayV1 } from "@tack/proto";
+import type { Operation, Reply } from "./call.js";
 import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
-import type { ReplicaChanges } from "./changes.js";
-import type { SessionFeeds, SessionView } from "./feeds.js";
-import type { CompiledOptions } from "./options.js";
-import type { TenantPolicies } from "./policy.js";
-import type { SessionFilter, SessionIndex, SessionRow } from "./store.js";
-import { sessionWorkspace, type WorkspaceIndex } from "./workspaces.js";
-
-/** What the operations work with. */
-export interface GatewayContext {
-  readonly bus: Bus;
-  readonly jsm: JetStreamManager;
-  readonly index: SessionIndex;
-  readonly options: CompiledOptions;
-  /** Tenants' policies and what each uses in this process. */
-  readonly policy: TenantPolicies;
-  /** Aborted when the gateway stops: ends following event streams. */
-  readonly shutdown: AbortSignal;
-  /** The tenant-visible audit trail (deletions, and decisions on approvals, questions and plans). */
-  readonly audit: AuditLog;
-  /** The tenants' managed workspaces. */
-  readonly workspaces: WorkspaceIndex;
-  /** Live views of the session logs in use: state for GetSession, events for followers. */
-  readonly feeds: SessionFeeds;
-  /** Tells the other gateway replicas what this one changed. */
-  readonly changes: ReplicaChanges;
-}
+import type { SessionView } from "./feeds.js";
+import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
+import type { SessionFilter, SessionRow } from "./store.js";
+import { sandboxModeField } from "./validation.js";
+import { sessionWorkspace } from "./workspaces.js";
 
 /** The JSON form of an index row (`tack.gateway.v1.Session`). */
 export function sessionJson(context: GatewayContext, row: SessionRow) {
@@ -42,34 +18,24 @@ export function sessionJson(context: GatewayContext, row: SessionRow) {
   };
 }
 
-/** The caller's session `id`; 404 when it does not exist or belongs to another tenant. */
-export async function requireSession(context: GatewayContext, call: Call, id: unknown): Promise<SessionRow> {
-  const text = typeof id === "string" ? id : "";
-  const row = text === "" ? undefined : await context.index.getSession(call.tenant, text);
-  if (!row) throw new GatewayError(404, "gateway.session_not_found", `no session ${JSON.stringify(text)} for this API key; list yours with GET /v1/sessions`);
-  return row;
-}
-
 /** `CreateSession`: asks the loop to create a session, then indexes it. */
-export function createSession(context: GatewayContext): Operation {
+export function createSession(context: GatewayContext): Operation<gatewayV1.CreateSessionRequest> {
   return async (call, body) => {
-    const workspace = body.workspace as string | undefined;
-    const workspaceId = body.workspace_id as string | undefined;
+    const { workspace, workspaceId } = body;
     if ((workspace === undefined) === (workspaceId === undefined)) {
       throw new GatewayError(400, "gateway.invalid_request", "invalid request body: give exactly one of workspace (an absolute path under your tenant's workspace roots) or workspace_id (a managed workspace from POST /v1/workspaces)");
     }
-    const model = body.model as string;
-    const mode = (body.mode as string | undefined) || "standard";
-    const title = (body.title as string | undefined) ?? "";
-    const approvalPolicy = (body.approval_policy as string | undefined) || "ask";
-    const planMode = body.plan_mode === true;
-    const admitted = await context.policy.admitSession(call.tenant, { model, sandboxMode: body.sandbox_mode as SandboxMode | undefined });
+    const { model, title, planMode } = body;
+    const mode = body.mode || "standard";
+    const approvalPolicy = body.approvalPolicy || "ask";
+    const sandboxMode = body.sandboxMode === undefined ? undefined : sandboxModeField("sandbox_mode", body.sandboxMode);
+    const admitted = await context.policy.admitSession(call.tenant, { model, sandboxMode });
     try {
       const path = await sessionWorkspace(context, context.workspaces, call.tenant, { workspace, workspace_id: workspaceId });
       const tenant = call.tenant;
       const { bus } = context;
       const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
-        tenant, mode, model, workspace: path, sandboxMode: admitted.mode, approvalPolicy, title, budgetUsd: (body.budget_usd as number | undefined) ?? 0, planMode,
+        tenant, mode, model, workspace: path, sandboxMode: admitted.mode, approvalPolicy, title, budgetUsd: body.budgetUsd ?? 0, planMode,
       }), CreateSessionResponse, { timeoutMs: context.options.loopTimeoutMs });
       const at = timestamp();
       const row: SessionRow = {
@@ -91,8 +57,8 @@ function encodeCursor(row: SessionRow): string {
 
 function decodeCursor(cursor: string): { createdAt: string; id: string } {
   try {
-    const [createdAt, id] = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as unknown[];
-    if (typeof createdAt === "string" && typeof id === "string") return { createdAt, id };
+    const position: unknown = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"));
+    if (Array.isArray(position) && typeof position[0] === "string" && typeof position[1] === "string") return { createdAt: position[0], id: position[1] };
   } catch {
     // Answered below.
   }
@@ -107,12 +73,10 @@ function isoTime(name: string, value: string): string {
 }
 
 /** `ListSessions`: the caller's sessions, newest first, filtered (archived, workspace, creation time) and paged by offset or cursor. */
-export function listSessions(context: GatewayContext): Operation {
+export function listSessions(context: GatewayContext): Operation<gatewayV1.ListSessionsRequest> {
   return async (call, query) => {
-    const limit = (query.limit as number | undefined) ?? 50;
-    const offset = (query.offset as number | undefined) ?? 0;
+    const { limit, offset, workspace } = query;
     const filter: { -readonly [K in keyof SessionFilter]: SessionFilter[K] } = { archived: query.archived === true };
-    const workspace = query.workspace as string | undefined;
     if (workspace !== undefined) {
       if (workspace.startsWith("ws_")) {
         const managed = await context.workspaces.get(call.tenant, workspace);
@@ -120,9 +84,9 @@ export function listSessions(context: GatewayContext): Operation {
         filter.workspace = managed?.path ?? `\0${workspace}`;
       } else filter.workspace = workspace;
     }
-    if (typeof query.created_before === "string") filter.createdBefore = isoTime("created_before", query.created_before);
-    if (typeof query.created_after === "string") filter.createdAfter = isoTime("created_after", query.created_after);
-    if (typeof query.cursor === "string") filter.after = decodeCursor(query.cursor);
+    if (query.createdBefore !== undefined) filter.createdBefore = isoTime("created_before", query.createdBefore);
+    if (query.createdAfter !== undefined) filter.createdAfter = isoTime("created_after", query.createdAfter);
+    if (query.cursor !== undefined) filter.after = decodeCursor(query.cursor);
     // One row more than asked tells whether a next page exists.
     const rows = await context.index.listSessions(call.tenant, limit + 1, offset, filter);
     const page = rows.slice(0, limit);
@@ -136,7 +100,7 @@ export function listSessions(context: GatewayContext): Operation {
  * per turn), and from the log: the mode, plan mode, the task list and the tool calls waiting for
  * a person (approvals, questions, a plan).
  */
-export function getSession(context: GatewayContext): Operation {
+export function getSession(context: GatewayContext): Operation<gatewayV1.GetSessionRequest> {
   // The last answer per session, reused while the feed's view is the same object (no event applied
   // since) and the index row reads the same: a session polled by many callers is built and
   // serialized once per change, not once per request.
@@ -157,33 +121,16 @@ export function getSession(context: GatewayContext): Operation {
 
 /** Whether two reads of a session's index row hold the same values. */
 function sameRow(a: SessionRow, b: SessionRow): boolean {
-  for (const key of Object.keys(b) as (keyof SessionRow)[]) if (a[key] !== b[key]) return false;
-  return Object.keys(a).length === Object.keys(b).length;
-}
-
-/**
- * Sends a session's request to the loop replica that owns the session (`subjects.owner`), or,
- * when none does, to any free replica on `subjects.any` (which claims the session). `options`
- * default to the configured loop timeout; a long operation passes its own (with heartbeats).
- */
-export async function requestLoop<Req, Res>(
-  context: GatewayContext, subjects: { owner: string; any: string }, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>,
-  options: { timeoutMs: number; silenceMs?: number } = { timeoutMs: context.options.loopTimeoutMs },
-): Promise<Res> {
-  try {
-    return await context.bus.request(subjects.owner, requestCodec, request, responseCodec, options);
-  } catch (error) {
-    if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
-    return context.bus.request(subjects.any, requestCodec, request, responseCodec, options);
-  }
+  return a.id === b.id && a.tenant === b.tenant && a.title === b.title && a.model === b.model && a.mode === b.mode && a.workspace === b.workspace
+    && a.sandbox_mode === b.sandbox_mode && a.approval_policy === b.approval_policy && a.created_at === b.created_at && a.updated_at === b.updated_at && a.archived === b.archived;
 }
 
 /** `SubmitMessage`: hands the text to the session's loop replica (see `requestLoop`). */
-export function submitMessage(context: GatewayContext): Operation {
+export function submitMessage(context: GatewayContext): Operation<gatewayV1.SubmitMessageRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { names } = context.bus;
-    const message = SubmitMessageRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, text: request.text as string });
+    const message = SubmitMessageRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, text: request.text });
     const response = await requestLoop(context, { owner: names.loopSessionSubmit(row.id), any: names.loopSubmit }, SubmitMessageRequest, message, SubmitMessageResponse);
     await context.index.touchSession(row.id);
     return { body: { seq: response.seq, turn: response.turn } };
@@ -194,7 +141,7 @@ export function submitMessage(context: GatewayContext): Operation {
  * `CancelTurn`: asks the session's loop replica to stop the running turn (`stopTurn`): it ends
  * with `turn/end` reason `cancelled` at its next step boundary. `cancelled: false` when no turn runs.
  */
-export function cancelTurn(context: GatewayContext): Operation {
+export function cancelTurn(context: GatewayContext): Operation<gatewayV1.CancelTurnRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { names } = context.bus;
@@ -213,11 +160,11 @@ const COMPACT_TIMEOUT_MS = 10 * 60_000;
  * the same events as when the context fills up. 409 `loop.compact_busy` while a turn runs;
  * `compacted: false` and a note when there is nothing to compact.
  */
-export function compactSession(context: GatewayContext): Operation {
+export function compactSession(context: GatewayContext): Operation<gatewayV1.CompactSessionRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { names } = context.bus;
-    const message = CompactSessionRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, compactedBy: call.tenant, instructions: (request.instructions as string | undefined) ?? "" });
+    const message = CompactSessionRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, compactedBy: call.tenant, instructions: request.instructions ?? "" });
     const response = await requestLoop(context, { owner: names.loopSessionCompact(row.id), any: names.loopCompact }, CompactSessionRequest, message, CompactSessionResponse, {
       timeoutMs: Math.max(COMPACT_TIMEOUT_MS, context.options.loopTimeoutMs), silenceMs: DEFAULT_SILENCE_MS,
     });
@@ -230,7 +177,7 @@ export function compactSession(context: GatewayContext): Operation {
 }
 
 /** `ArchiveSession`: hides the session from the default list (`archived: false` brings it back); its log is untouched. */
-export function archiveSession(context: GatewayContext): Operation {
+export function archiveSession(context: GatewayContext): Operation<gatewayV1.ArchiveSessionRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const archived = request.archived !== false;

@@ -3,6 +3,7 @@
 // the same compiled schemas check gRPC requests, and every refusal is worded alike, naming each
 // field and what it must be (the `@error` annotations of the proto give a field its own words).
 import AjvCompiler from "@fastify/ajv-compiler";
+import { isSandboxMode, SANDBOX_MODES, type SandboxMode } from "@tack/config";
 import type { FastifySchemaCompiler } from "fastify";
 import { CONTRACT, type JsonSchema, type OperationSpec } from "./gen/contract.js";
 import { GatewayError } from "./errors.js";
@@ -176,4 +177,10 @@ function snake(value: unknown): unknown {
     return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined).map(([k, v]) => [protoName(k), snake(v)]));
   }
   return value;
+}
+
+/** A request field that names a sandbox mode (the schemas allow only those), as a `SandboxMode`; a 400 naming the field otherwise. */
+export function sandboxModeField(field: string, value: string): SandboxMode {
+  if (isSandboxMode(value)) return value;
+  throw new GatewayError(400, "gateway.invalid_request", `invalid request body: ${field}: must be one of ${SANDBOX_MODES.join(", ")}, got ${JSON.stringify(value)}`, { details: { [field]: `must be one of ${SANDBOX_MODES.join(", ")}` } });
 }

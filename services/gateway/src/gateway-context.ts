@@ -1,0 +1,57 @@
+// What every operation of the gateway works with (the context), and the lookups most of them
+// start with: the caller's session, and the loop replica that serves it.
+import type { JetStreamManager } from "@nats-io/jetstream";
+import { TackError, type Bus, type Codec } from "@tack/bus";
+import type { AuditLog } from "./audit.js";
+import type { Call } from "./call.js";
+import type { ReplicaChanges } from "./changes.js";
+import { GatewayError } from "./errors.js";
+import type { SessionFeeds } from "./feeds.js";
+import type { CompiledOptions } from "./options.js";
+import type { TenantPolicies } from "./policy.js";
+import type { SessionIndex, SessionRow } from "./store.js";
+import type { WorkspaceIndex } from "./workspaces.js";
+
+/** What the operations work with. */
+export interface GatewayContext {
+  readonly bus: Bus;
+  readonly jsm: JetStreamManager;
+  readonly index: SessionIndex;
+  readonly options: CompiledOptions;
+  /** Tenants' policies and what each uses in this process. */
+  readonly policy: TenantPolicies;
+  /** Aborted when the gateway stops: ends following event streams. */
+  readonly shutdown: AbortSignal;
+  /** The tenant-visible audit trail (deletions, and decisions on approvals, questions and plans). */
+  readonly audit: AuditLog;
+  /** The tenants' managed workspaces. */
+  readonly workspaces: WorkspaceIndex;
+  /** Live views of the session logs in use: state for GetSession, events for followers. */
+  readonly feeds: SessionFeeds;
+  /** Tells the other gateway replicas what this one changed. */
+  readonly changes: ReplicaChanges;
+}
+
+/** The caller's session `id`; 404 when it does not exist or belongs to another tenant. */
+export async function requireSession(context: GatewayContext, call: Call, id: string): Promise<SessionRow> {
+  const row = id === "" ? undefined : await context.index.getSession(call.tenant, id);
+  if (!row) throw new GatewayError(404, "gateway.session_not_found", `no session ${JSON.stringify(id)} for this API key; list yours with GET /v1/sessions`);
+  return row;
+}
+
+/**
+ * Sends a session's request to the loop replica that owns the session (`subjects.owner`), or,
+ * when none does, to any free replica on `subjects.any` (which claims the session). `options`
+ * default to the configured loop timeout; a long operation passes its own (with heartbeats).
+ */
+export async function requestLoop<Req, Res>(
+  context: GatewayContext, subjects: { owner: string; any: string }, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>,
+  options: { timeoutMs: number; silenceMs?: number } = { timeoutMs: context.options.loopTimeoutMs },
+): Promise<Res> {
+  try {
+    return await context.bus.request(subjects.owner, requestCodec, request, responseCodec, options);
+  } catch (error) {
+    if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
+    return context.bus.request(subjects.any, requestCodec, request, responseCodec, options);
+  }
+}
