@@ -83,7 +83,7 @@ function errorCode(error: unknown): string {
 
 export { ALLOWED_FROM, isSandboxMode, modeRank, SANDBOX_MODES, type Denied, type SandboxMode } from "./sandbox-modes.js";
 export { compileOperatorConfig, INSTALL_DIR, isInside, loadOperatorConfig, LOG_REPLICAS, OperatorConfigError, tenantPolicy, type ConfiguredKey, type LogReplicas, type OperatorConfig, type TenantPolicy } from "./operator.js";
-export { authorizeWorkspace, managedWorkspacePath, managedWorkspacesDir, WorkspaceAccessError, type AuthorizedWorkspace, type WorkspaceRefusal } from "./workspaces.js";
+export { authorizeWorkspace, managedWorkspacePath, managedWorkspacesDir, WORKSPACE, WorkspaceAccessError, type AuthorizedWorkspace, type WorkspaceRefusal } from "./workspaces.js";
 export { BusCredentialsError, busAuthFromEnv, readBusCredentials } from "./bus-credentials.js";
 export { probeService, type ProbeOptions, type ProbeResult } from "./probe.js";
 export { BUS_USERS, busPermissions, natsServerAuthorization, type BusPermissions, type BusUser } from "./bus-permissions.js";

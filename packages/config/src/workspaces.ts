@@ -4,6 +4,9 @@ import { realpathSync, statSync } from "node:fs";
 import { isAbsolute, join } from "node:path";
 import { isInside, type OperatorConfig } from "./operator.js";
 
+/** Where a session's workspace is mounted inside its sandbox, and where its commands start: the one spelling every service uses. */
+export const WORKSPACE = "/workspace";
+
 /** Why a workspace was refused: `forbidden` (outside the tenant's roots or overlapping Tack's own files), `missing`, `not_directory`, `bad_path`. */
 export type WorkspaceRefusal = "forbidden" | "missing" | "not_directory" | "bad_path";
 

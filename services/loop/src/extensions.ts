@@ -1,6 +1,7 @@
 // Extensions in the loop: the skills catalog and the `skill` tool (skills service), `/name`, and MCP tools (MCP bridge).
 import { posix } from "node:path";
 import { TackError, type Bus } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import { draft, type Draft, type Projection } from "@tack/log";
 import {
   CallMcpToolRequest, CallMcpToolResponse, CallToolResponse, ListMcpToolsRequest, ListMcpToolsResponse, LoadSkillRequest, LoadSkillResponse,
@@ -9,7 +10,6 @@ import {
 import type { Logger } from "@tack/telemetry";
 
 const SOURCE = "loop";
-const WORKSPACE = "/workspace";
 /** Longest wait for the skills service (it reads files on its host; a catalog is a few ms). */
 const SKILLS_TIMEOUT_MS = 5_000;
 /** Longest wait for the MCP tool list: the first one of a session starts its stdio servers in the sandbox. */

@@ -4,6 +4,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
 import { DEFAULT_SILENCE_MS, TackError, type Bus } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import { draft, type Draft } from "@tack/log";
 import {
   CallToolResponse, ReadHooksConfigRequest, ReadHooksConfigResponse, RunHookRequest, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type ToolCall,
@@ -36,7 +37,6 @@ const USER_FILE_MAX_BYTES = 256 * 1024;
 /** Bus allowance on top of a hook's own timeout. */
 const RUN_MARGIN_MS = 15_000;
 const SOURCE = "loop";
-const WORKSPACE = "/workspace";
 /** What `source` a SessionStart hook's matcher is tested against: Tack starts each session once. */
 const SESSION_START_SOURCE = "startup";
 

@@ -3,6 +3,7 @@ import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
 import { posix } from "node:path";
 import { TackError, type Bus } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import { draft, type Draft, type Projection } from "@tack/log";
 import { ReadRulesRequest, ReadRulesResponse, Surface_Kind, type Event, type RulesFile } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
@@ -12,7 +13,6 @@ import { sandboxModeOf } from "./approvals.js";
 export const RULES_CAP_BYTES = 16 * 1024;
 /** Folders whose rules files one check reads at most (the tools service takes 64 per request). */
 const MAX_DIRS = 64;
-const WORKSPACE = "/workspace";
 const SOURCE = "loop";
 /** Arguments of a tool call that name a file or folder in the workspace (read/write/edit/glob/grep/lsp `path`, bash `workdir`). */
 const PATH_ARGUMENTS = ["path", "workdir"] as const;

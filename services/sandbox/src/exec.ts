@@ -1,7 +1,7 @@
 import { MAX_BUS_PAYLOAD, TackError } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import type { ExecRequest, ExecResponse } from "@tack/proto";
 import type { AgentChannel } from "./agent.js";
-import { WORKSPACE_MOUNT } from "./spec.js";
 
 /** Timeout of a command whose request leaves `timeout_ms` at 0. */
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -23,7 +23,7 @@ export function checkExecRequest(request: ExecRequest): void {
     throw new TackError("sandbox.bad_request", `timeout_ms ${request.timeoutMs} is over the ${MAX_TIMEOUT_MS} ms maximum; ask for at most ${MAX_TIMEOUT_MS}`);
   }
   if (request.cwd && !request.cwd.startsWith("/")) {
-    throw new TackError("sandbox.bad_request", `cwd ${JSON.stringify(request.cwd)} is not an absolute path inside the sandbox; use e.g. ${WORKSPACE_MOUNT}/src`);
+    throw new TackError("sandbox.bad_request", `cwd ${JSON.stringify(request.cwd)} is not an absolute path inside the sandbox; use e.g. ${WORKSPACE}/src`);
   }
 }
 
@@ -36,7 +36,7 @@ export async function runExec(channel: AgentChannel, request: ExecRequest): Prom
   const startedAt = performance.now();
   const result = await channel.run({
     argv: request.argv,
-    cwd: request.cwd || WORKSPACE_MOUNT,
+    cwd: request.cwd || WORKSPACE,
     timeoutMs: request.timeoutMs || DEFAULT_TIMEOUT_MS,
     cap: Math.min(request.maxOutputBytes || MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES),
     stdin: request.stdin,

@@ -2,7 +2,7 @@ import { dirname } from "node:path";
 import { TackError } from "@tack/bus";
 import type { RuntimeTraits, SandboxSpec, WorkspaceMount } from "./backend.js";
 
-import { authorizeWorkspace, isInside, isSandboxMode, SANDBOX_MODES as MODES, WorkspaceAccessError, type OperatorConfig, type SandboxMode } from "@tack/config";
+import { authorizeWorkspace, isInside, isSandboxMode, SANDBOX_MODES as MODES, WORKSPACE, WorkspaceAccessError, type OperatorConfig, type SandboxMode } from "@tack/config";
 
 export { MODES, type SandboxMode };
 
@@ -23,9 +23,6 @@ export const LABELS = {
   /** Host directory holding the workspace through an ID mapping, for a container created directly (removed with it). */
   mount: "tack.mount",
 } as const;
-
-/** Where the session's workspace is mounted inside the container, and the default cwd of commands. */
-export const WORKSPACE_MOUNT = "/workspace";
 
 const GIB = 1024 ** 3;
 
@@ -152,7 +149,7 @@ export function sandboxSpec(input: SpecInput): SandboxSpec {
     // -I: ignore PYTHON* variables and user site; -S: no site import (faster start); -B: the root is read-only anyway.
     command: ["python3", "-I", "-S", "-B", `${AGENT_MOUNT}/agent.py`],
     env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: SANDBOX_HOME, LANG: "C.UTF-8" },
-    workingDir: WORKSPACE_MOUNT,
+    workingDir: WORKSPACE,
     home: SANDBOX_HOME,
     workspace: input.workspace,
     agentDir: input.agentDir,

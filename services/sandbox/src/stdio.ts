@@ -5,9 +5,9 @@
 // `<ns>.sandbox.stdio.out.<stream>`. Frames are numbered; a gap ends the stream, never a resend.
 import type { Msg, Subscription } from "@nats-io/nats-core";
 import { TackError, type Bus } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import { StdioFrame, type OpenStdioRequest, type OpenStdioResponse } from "@tack/proto";
 import type { AgentChannel, SpawnedProcess } from "./agent.js";
-import { WORKSPACE_MOUNT } from "./spec.js";
 
 /** A stream's process is killed when its caller sent neither input nor a ping for this long. */
 export const STDIO_LEASE_MS = 60_000;
@@ -34,7 +34,7 @@ export function checkOpenStdioRequest(request: OpenStdioRequest): void {
   }
   if (request.argv.length === 0 || !request.argv[0]) throw new TackError("sandbox.bad_request", "stdio.open needs a command: argv is empty");
   if (request.cwd && !request.cwd.startsWith("/")) {
-    throw new TackError("sandbox.bad_request", `cwd ${JSON.stringify(request.cwd)} is not an absolute path inside the sandbox; use e.g. ${WORKSPACE_MOUNT}`);
+    throw new TackError("sandbox.bad_request", `cwd ${JSON.stringify(request.cwd)} is not an absolute path inside the sandbox; use e.g. ${WORKSPACE}`);
   }
   for (const name of Object.keys(request.env)) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw new TackError("sandbox.bad_request", `env name ${JSON.stringify(name)} is not a valid variable name`);
@@ -103,7 +103,7 @@ export class StdioStreams {
     let spawned: SpawnedProcess;
     try {
       spawned = await channel.spawn(
-        { argv: request.argv, cwd: request.cwd || WORKSPACE_MOUNT, env: request.env },
+        { argv: request.argv, cwd: request.cwd || WORKSPACE, env: request.env },
         (fd, chunk) => (state.publish ? state.publish(fd, chunk) : pending.push([fd, chunk])),
       );
     } catch (error) {

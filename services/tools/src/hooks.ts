@@ -1,12 +1,13 @@
 // Hooks for the loop: the workspace's hooks files and the hook commands, both inside the session's sandbox
 // (the workspace may exist only there, and a hook is the workspace's code like any command the model runs).
 import { TackError } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import {
   ExecRequest, type HooksFileRead, type ReadHooksConfigRequest, type ReadHooksConfigResponse, type RunHookRequest, type RunHookResponse,
 } from "@tack/proto";
 import { parseSandboxMode } from "./permissions.js";
 import type { SandboxClient } from "./sandbox.js";
-import { MAX_STREAM_BYTES, WORKSPACE } from "./tools/exec.js";
+import { MAX_STREAM_BYTES } from "./tools/exec.js";
 
 /** The workspace's hooks files, relative to /workspace, in the order they are listed (Claude Code's, then Tack's own). */
 export const HOOKS_FILES = [".claude/settings.json", ".claude/settings.local.json", ".tack/hooks.json"] as const;

@@ -1,9 +1,10 @@
 import { posix } from "node:path";
 import { TackError } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import { ExecRequest, type ReadRulesRequest, type ReadRulesResponse, type RulesFileRead } from "@tack/proto";
 import { parseSandboxMode } from "./permissions.js";
 import type { SandboxClient } from "./sandbox.js";
-import { MAX_STREAM_BYTES, WORKSPACE } from "./tools/exec.js";
+import { MAX_STREAM_BYTES } from "./tools/exec.js";
 
 /** The names a folder's rules files may have, in the order they are listed. */
 export const RULES_NAMES = ["AGENTS.md", "CLAUDE.md"] as const;

@@ -5,6 +5,7 @@ import type { Socket } from "node:net";
 import Docker from "dockerode";
 import type { ContainerCreateOptions } from "dockerode";
 import { TackError } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import type {
   AgentReceiver,
   AgentStreams,
@@ -18,7 +19,7 @@ import type {
   SandboxSpec,
   SandboxState,
 } from "../backend.js";
-import { AGENT_MOUNT, WORKSPACE_MOUNT } from "../spec.js";
+import { AGENT_MOUNT } from "../spec.js";
 import { Egress } from "./docker-egress.js";
 import { dockerFailure, engineRuntimes, statusOf, type RuntimeInfo } from "./docker-engine.js";
 import { servedIdentity } from "./docker-served.js";
@@ -36,9 +37,9 @@ const DOCKER_HEADER = 8;
 export function containerOptions(spec: SandboxSpec): ContainerCreateOptions {
   const { uid, gid } = spec.user;
   const workspace = spec.workspace.kind === "direct"
-    ? { Type: "bind" as const, Source: spec.workspace.path, Target: WORKSPACE_MOUNT, ReadOnly: spec.workspace.readOnly }
+    ? { Type: "bind" as const, Source: spec.workspace.path, Target: WORKSPACE, ReadOnly: spec.workspace.readOnly }
     // rslave: the workspace the service later binds onto the slot on the host appears here; nothing propagates back.
-    : { Type: "bind" as const, Source: spec.workspace.path, Target: WORKSPACE_MOUNT, ReadOnly: false, BindOptions: { Propagation: "rslave" as const } };
+    : { Type: "bind" as const, Source: spec.workspace.path, Target: WORKSPACE, ReadOnly: false, BindOptions: { Propagation: "rslave" as const } };
   const mib = (bytes: number) => `${Math.floor(bytes / 1024 ** 2)}m`;
   return {
     name: spec.name,
@@ -254,7 +255,7 @@ export class DockerBackend implements SandboxBackend {
     // Its own runtime: a networked sandbox runs under the configured one's twin.
     const runtime = inspected.HostConfig.Runtime || this.#runtime;
     const gvisor = runtimeTraits(runtime, (await this.#engineRuntimes())[runtime] ?? {}).userspaceKernel;
-    return servedIdentity(inspected.State.Pid, inspected.Id, gvisor, WORKSPACE_MOUNT);
+    return servedIdentity(inspected.State.Pid, inspected.Id, gvisor, WORKSPACE);
   }
 
   async rename(id: string, name: string): Promise<void> {

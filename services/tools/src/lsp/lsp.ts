@@ -1,9 +1,10 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { posix } from "node:path";
+import { WORKSPACE } from "@tack/config";
 import { z } from "zod";
 import { defineTool, ToolError, type ToolContext } from "../tool.js";
-import { exec, WORKSPACE } from "../tools/exec.js";
+import { exec } from "../tools/exec.js";
 import { argvString, sandboxPath } from "../tools/files.js";
 import { serverFor, supportedExtensions, type LanguageServer } from "./servers.js";
 

@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
+import { WORKSPACE } from "@tack/config";
 import { z } from "zod";
 import { escalationParameters } from "../permissions.js";
 import { defineTool, ToolError, type Tool } from "../tool.js";
-import { WORKSPACE } from "../tools/exec.js";
 import { codeLimitsFromEnv, compileProgram, runProgram, type CodeLimits } from "./program.js";
 
 const TEMPLATE = readFileSync(new URL("./code.txt", import.meta.url), "utf8").trim();

@@ -1,9 +1,10 @@
 import { readFileSync } from "node:fs";
 import { posix } from "node:path";
+import { WORKSPACE } from "@tack/config";
 import { z } from "zod";
 import { denialLines, denies, escalationParameters, type Denied, type SandboxMode } from "../permissions.js";
 import { defineTool, ToolError } from "../tool.js";
-import { exec, MAX_STREAM_BYTES, WORKSPACE, type ExecResult } from "./exec.js";
+import { exec, MAX_STREAM_BYTES, type ExecResult } from "./exec.js";
 import { argvString, sandboxPath, shellQuote } from "./files.js";
 import { noWorkdir, startJob } from "./jobs.js";
 

@@ -1,8 +1,7 @@
+import { WORKSPACE } from "@tack/config";
 import { ExecRequest } from "@tack/proto";
 import type { ToolContext } from "../tool.js";
 
-/** Where the session's workspace is mounted in the container; commands start there. */
-export const WORKSPACE = "/workspace";
 /** Each of stdout and stderr is cut here so that an exec reply stays under the bus payload limit. */
 export const MAX_STREAM_BYTES = 400_000;
 /** File operations that take longer than this are reported as failed. */

@@ -1,9 +1,10 @@
 import { createHash } from "node:crypto";
 import { posix } from "node:path";
+import { WORKSPACE } from "@tack/config";
 import { z } from "zod";
 import { denialLines, denies } from "../permissions.js";
 import { ToolError, type ToolContext } from "../tool.js";
-import { exec, MAX_STREAM_BYTES, WORKSPACE, type ExecResult } from "./exec.js";
+import { exec, MAX_STREAM_BYTES, type ExecResult } from "./exec.js";
 
 /**
  * A string parameter that ends up in the sandbox's argv: non-empty and without NUL, which

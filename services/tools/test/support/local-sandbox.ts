@@ -2,10 +2,9 @@ import { spawn } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { SandboxOutput, SandboxProcess, SandboxProcessExit, SandboxProcessRequest } from "@tack/bus";
+import { WORKSPACE } from "@tack/config";
 import type { EnsureSandboxRequest, ExecRequest, ExecResponse } from "@tack/proto";
 import { cancelledError, type SandboxClient } from "../../src/sandbox.js";
-
-const WORKSPACE = "/workspace";
 
 /**
  * Unit-test SandboxClient: runs argv with child_process on this host, with `root` standing
