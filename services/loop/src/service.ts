@@ -1,22 +1,21 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import type { Subscription } from "@nats-io/nats-core";
-import { assertToken, Bus, DEFAULT_SILENCE_MS, retryPolicy, TackError, type BusAuth, type Codec } from "@tack/bus";
+import { assertToken, Bus, DEFAULT_SILENCE_MS, retryPolicy, TackError, type BusAuth } from "@tack/bus";
 import { registerMicro } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
 import {
-  CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse, CopySessionRequest, CopySessionResponse, type Event,
-  CheckModelRequest, CheckModelResponse, CreateSessionRequest, CreateSessionResponse, EnsureSandboxRequest, EnsureSandboxResponse, DecideApprovalRequest, DecideApprovalResponse, SetSandboxModeRequest,
-  SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse, DeleteSessionRequest, DeleteSessionResponse,
+  CheckModelRequest, CheckModelResponse, CopySessionRequest, CopySessionResponse, CreateSessionRequest, CreateSessionResponse, EnsureSandboxRequest, EnsureSandboxResponse,
 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
-import { APPROVAL_POLICIES, DECISIONS, type Decision, type DecidingKey } from "./approvals.js";
-import { assertSandboxMode, assertToolsMode } from "./mode.js";
-import { PLAN_DECISIONS } from "./session-tools.js";
+import { APPROVAL_POLICIES } from "./approvals.js";
 import { Budgets } from "./budget.js";
-import { deleteSessionData } from "./deletion.js";
-import { Leases, type Lease } from "./lease.js";
+import { sessionCopy } from "./copy.js";
+import { Leases } from "./lease.js";
+import { assertSandboxMode, assertToolsMode } from "./mode.js";
+import { Ownership } from "./ownership.js";
+import { SessionRouter } from "./router.js";
+import { sessionRoutes } from "./routes.js";
 import { SessionRuntime, type LoopSettings } from "./session.js";
 
 const Options = z.object({
@@ -121,222 +120,16 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     });
     return spillBucket;
   };
-  const owned = new Map<string, { runtime: SessionRuntime; subscriptions: Subscription[] }>();
-  const acquiring = new Map<string, Promise<SessionRuntime>>();
-  /** Sessions this process is deleting: never claimed again meanwhile (the lease is already ours). */
-  const deleting = new Set<string>();
-  let stopped = false;
-
-  /** Idle sessions waiting for their release (warm: their next message needs no claim and no log read). */
-  const idleTimers = new Map<string, NodeJS.Timeout>();
-  const unschedule = (key: string) => {
-    clearTimeout(idleTimers.get(key));
-    idleTimers.delete(key);
-  };
-  /**
-   * Stops serving a session and gives its lease back, unless the runtime gave the session up (lost
-   * lease, broken writer): that lease is left to expire, so that a replica's scan takes the session
-   * over and resumes a turn it may have been in. Deleted, no scan would ever see it again.
-   */
-  const release = (runtime: SessionRuntime) => {
-    const key = Leases.key(runtime.tenant, runtime.sessionId);
-    const entry = owned.get(key);
-    if (!entry || entry.runtime !== runtime || runtime.working) return;
-    const gaveUp = runtime.lost;
-    unschedule(key);
-    owned.delete(key);
-    for (const subscription of entry.subscriptions) subscription.unsubscribe();
-    runtime.dispose();
-    if (!gaveUp) void leases.release(runtime.lease);
-  };
-  /**
-   * Called when a session has nothing running: it stays warm (lease renewed, projection kept)
-   * for `idleReleaseMs`, then is released. A lost lease or an empty session is released at once (a lost one left to expire).
-   */
-  const forget = (runtime: SessionRuntime) => {
-    const key = Leases.key(runtime.tenant, runtime.sessionId);
-    const entry = owned.get(key);
-    if (!entry || entry.runtime !== runtime || runtime.working) return;
-    if (runtime.lost || !runtime.meta || o.idleReleaseMs === 0 || stopped) return release(runtime);
-    unschedule(key);
-    const timer = setTimeout(() => {
-      idleTimers.delete(key);
-      release(runtime);
-    }, o.idleReleaseMs);
-    timer.unref();
-    idleTimers.set(key, timer);
-  };
-
-  const submitOn = (runtime: SessionRuntime) => async (req: SubmitMessageRequest): Promise<SubmitMessageResponse> => {
-    if (!req.text.trim()) throw new TackError("loop.empty_message", "the message text is empty; send the task as text");
-    return SubmitMessageResponse.fromPartial(await runtime.submit(req.text));
-  };
-
-  /** Answers a call waiting for a person: an approval, a question or a plan (`kind`). */
-  const decideOn = (runtime: SessionRuntime) => async (req: DecideApprovalRequest): Promise<DecideApprovalResponse> => {
-    const kind = req.kind || "approval";
-    if (!["approval", "question", "plan"].includes(kind)) {
-      throw new TackError("loop.bad_decision", `kind ${JSON.stringify(kind)} is unknown; answer an approval, a question or a plan`);
-    }
-    const decisions: readonly string[] = kind === "approval" ? DECISIONS : kind === "plan" ? PLAN_DECISIONS : [""];
-    if (!decisions.includes(req.decision)) {
-      throw new TackError("loop.bad_decision", kind === "question"
-        ? "a question is answered with answers, not a decision"
-        : `decision ${JSON.stringify(req.decision)} is unknown; answer ${decisions.join(" or ")}`);
-    }
-    if (!req.decidedBy) throw new TackError("loop.bad_decision", "decided_by is empty; say who decided (the caller's tenant or user)");
-    if (!runtime.meta || (req.tenant || "local") !== runtime.tenant) {
-      throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
-    }
-    // The owner subject opens before recovery has parked the session's waiting calls again: let recovery finish first.
-    await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
-    // The key that decided (the person), as the gateway authenticated it; logged beside the tenant.
-    const key: DecidingKey = { name: req.decidedByKey ?? "", id: req.decidedByKeyId ?? "" };
-    if (kind === "question") return { seq: await runtime.answerQuestion(req.callId, req.answers?.answers ?? [], req.decidedBy, key) };
-    if (kind === "plan") return { seq: await runtime.decidePlan(req.callId, req.decision as "approve" | "reject", req.feedback ?? "", req.decidedBy, key) };
-    return { seq: await runtime.decide(req.callId, req.decision as Decision, req.decidedBy, key) };
-  };
-
-  const modeOn = (runtime: SessionRuntime) => async (req: SetSandboxModeRequest): Promise<SetSandboxModeResponse> => {
-    if (!runtime.meta || (req.tenant || "local") !== runtime.tenant) {
-      throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
-    }
-    if (!req.changedBy) throw new TackError("loop.bad_sandbox_mode", "changed_by is empty; say who changes the mode (the caller's tenant or user)");
-    await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
-    switch (req.setting || "sandbox") {
-      case "sandbox":
-        return { seq: await runtime.setSandboxMode(req.mode, req.changedBy) };
-      case "plan":
-        if (req.mode !== "on" && req.mode !== "off") throw new TackError("loop.bad_plan_mode", `plan mode ${JSON.stringify(req.mode)} is neither on nor off`);
-        return { seq: await runtime.setPlanMode(req.mode === "on", req.changedBy) };
-      case "session":
-        return { seq: await runtime.setSessionMode(req.mode, req.changedBy) };
-      default:
-        throw new TackError("loop.bad_sandbox_mode", `setting ${JSON.stringify(req.setting)} is unknown; change the sandbox, plan or session mode`);
-    }
-  };
-
-  /** Stops the running turn of a session this process owns (`stopTurn`); `cancelled: false` when none runs. */
-  const cancelOn = (runtime: SessionRuntime) => async (req: CancelTurnRequest): Promise<CancelTurnResponse> => {
-    if ((req.tenant || "local") !== runtime.tenant) throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
-    if (!runtime.busy) return { cancelled: false, turn: 0 };
-    const turn = runtime.events.filter((e) => e.payload?.$case === "turnStart").length;
-    await runtime.stopTurn(req.cancelledBy || "api");
-    return { cancelled: true, turn };
-  };
-
-  /**
-   * Compacts a session this process owns now (`compact`); refused while a turn runs. Afterwards
-   * the session stays warm for `idleReleaseMs` again, as after a turn.
-   */
-  const compactOn = (runtime: SessionRuntime) => async (req: CompactSessionRequest): Promise<CompactSessionResponse> => {
-    try {
-      if (!runtime.meta || (req.tenant || "local") !== runtime.tenant) {
-        throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
-      }
-      // Recovery may start a turn (which then refuses the compaction as busy): let it get that far first.
-      await acquiring.get(Leases.key(runtime.tenant, runtime.sessionId))?.catch(() => undefined);
-      return CompactSessionResponse.fromPartial(await runtime.compact(req.compactedBy || "api", req.instructions));
-    } finally {
-      // Warm again for idleReleaseMs, as after a turn; a session that does not exist is let go at once.
-      forget(runtime);
-    }
-  };
-
-  /**
-   * Deletes a session with everything kept for it (`deleteSessionData`) under its lease: taken
-   * over from this process's idle runtime, or claimed. Refused (`loop.busy`) while a turn runs or
-   * a sandbox mode change is checked here; a lease another loop keeps renewing past the wait is
-   * `loop.session_busy`. The running turn is not cancelled: see docs/decisions/0006-deletion.md.
-   */
-  const remove = async (tenant: string, sessionId: string, deletedBy: string): Promise<DeleteSessionResponse> => {
-    if (!deletedBy) throw new TackError("loop.bad_request", "deleted_by is empty; say who deletes the session (an API key id or retention)");
-    const key = Leases.key(tenant, sessionId);
-    const busy = (what: string) => new TackError("loop.busy", `session ${sessionId} ${what}; wait for its turn/end (answer or reject a pending approval to end it sooner), then delete it`, { retryable: true });
-    if (deleting.has(key)) throw busy("is being deleted by another request");
-    // A claim in flight may be about to resume an interrupted turn: let it decide first.
-    await acquiring.get(key)?.catch(() => undefined);
-    const entry = owned.get(key);
-    if (entry?.runtime.working) throw busy("is running a turn or changing its sandbox mode");
-    if (deleting.has(key)) throw busy("is being deleted by another request");
-    deleting.add(key);
-    try {
-      let lease: Lease;
-      if (entry) {
-        // Idle but still ours: stop serving it, keep the lease for the deletion.
-        unschedule(key);
-        owned.delete(key);
-        for (const subscription of entry.subscriptions) subscription.unsubscribe();
-        entry.runtime.dispose();
-        lease = entry.runtime.lease;
-      } else {
-        lease = (await leases.claim(key, o.leaseTtlMs + 1_000)).lease;
-      }
-      try {
-        const deleted = await deleteSessionData({ bus, leases }, { tenant, sessionId }, lease);
-        log.info("session deleted", { session: sessionId, tenant, deleted_by: deletedBy, ...deleted });
-        return deleted;
-      } catch (error) {
-        // Released rather than left to expire, so no replica recovers (and resumes) what is half deleted.
-        await leases.release(lease);
-        throw error;
-      }
-    } finally {
-      deleting.delete(key);
-    }
-  };
-
-  const deleteOn = (runtime: SessionRuntime) => async (req: DeleteSessionRequest): Promise<DeleteSessionResponse> => {
-    if ((req.tenant || "local") !== runtime.tenant) throw new TackError("loop.unknown_session", `session ${req.sessionId} does not exist; create it first`);
-    return remove(runtime.tenant, runtime.sessionId, req.deletedBy);
-  };
-
-  /** Claims a session (waiting out another owner's lease), loads it and runs recovery. */
-  const acquire = (tenant: string, sessionId: string, waitMs: number): Promise<SessionRuntime> => {
-    const key = Leases.key(tenant, sessionId);
-    if (deleting.has(key)) return Promise.reject(new TackError("loop.session_busy", `session ${sessionId} is being deleted`, { retryable: true }));
-    const have = owned.get(key);
-    if (have) {
-      // Warm: in use again, so not released while it works (the turn's end schedules the release anew).
-      unschedule(key);
-      return Promise.resolve(have.runtime);
-    }
-    const inflight = acquiring.get(key);
-    if (inflight) return inflight;
-    const p = (async () => {
-      const { lease, previousOwner } = await leases.claim(key, waitMs);
-      let runtime: SessionRuntime;
-      try {
-        runtime = await SessionRuntime.load({ bus, leases, settings, log: log.child({ session: sessionId, tenant }), spills, budgets, onIdle: forget }, tenant, sessionId, lease);
-      } catch (error) {
-        // Reading the log or opening its writer failed (NATS restarting, a writer still finishing):
-        // the lease is left to expire rather than deleted, so the recovery scan (here or on another
-        // replica) tries again. A deleted lease is no longer scanned, which stranded a session whose
-        // turn was interrupted (the chaos test caught one).
-        log.warn("session not loaded; its lease is left to expire so that recovery tries again", { session: sessionId, tenant, error: (error as Error).message });
-        throw error;
-      }
-      const subscriptions = [
-        bus.serve(bus.names.loopSessionSubmit(sessionId), "loop-owner", SubmitMessageRequest, SubmitMessageResponse, submitOn(runtime)),
-        bus.serve(bus.names.loopSessionDecide(sessionId), "loop-owner", DecideApprovalRequest, DecideApprovalResponse, decideOn(runtime)),
-        bus.serve(bus.names.loopSessionMode(sessionId), "loop-owner", SetSandboxModeRequest, SetSandboxModeResponse, modeOn(runtime)),
-        bus.serve(bus.names.loopSessionDelete(sessionId), "loop-owner", DeleteSessionRequest, DeleteSessionResponse, deleteOn(runtime)),
-        bus.serve(bus.names.loopSessionCancel(sessionId), "loop-owner", CancelTurnRequest, CancelTurnResponse, cancelOn(runtime)),
-        bus.serve(bus.names.loopSessionCompact(sessionId), "loop-owner", CompactSessionRequest, CompactSessionResponse, compactOn(runtime)),
-      ];
-      owned.set(key, { runtime, subscriptions });
-      if (runtime.meta) {
-        const recovered = await runtime.recover(previousOwner);
-        if (recovered) log.info("session recovered", { session: sessionId, previous_owner: previousOwner });
-      }
-      return runtime;
-    })().finally(() => acquiring.delete(key));
-    acquiring.set(key, p);
-    return p;
-  };
+  const ownership: Ownership = new Ownership({
+    bus, leases, log, leaseTtlMs: o.leaseTtlMs, idleReleaseMs: o.idleReleaseMs,
+    load: (tenant, sessionId, lease, onIdle) => SessionRuntime.load({ bus, leases, settings, log: log.child({ session: sessionId, tenant }), spills, budgets, onIdle }, tenant, sessionId, lease),
+    serve: (runtime) => router.serveOwned(runtime),
+  });
+  const router = new SessionRouter(bus, sessionRoutes(ownership));
+  router.serveAny(ownership, o.leaseTtlMs);
 
   bus.serve(bus.names.loopCreate, "loop", CreateSessionRequest, CreateSessionResponse, async (req) => {
-    const sessionId = req.sessionId || `s${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
+    const sessionId = req.sessionId || newSessionId();
     const tenant = req.tenant || "local";
     assertToken("session id", sessionId);
     assertToken("tenant", tenant);
@@ -362,13 +155,13 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       }
       throw e;
     });
-    const runtime = await acquire(tenant, sessionId, 0);
+    const runtime = await ownership.acquire(tenant, sessionId, 0);
     try {
       await runtime.create({
         sessionId, tenant, mode, model: req.model, workspace: req.workspace, formatVersion: FORMAT_VERSION, title: req.title, budgetUsd: req.budgetUsd,
       }, sandboxMode, approvalPolicy, req.planMode ?? false);
     } finally {
-      forget(runtime);
+      ownership.forget(runtime);
     }
     if (o.prewarmSandbox) {
       // The container starts (or is claimed from the pool) while the user writes the first
@@ -381,118 +174,15 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     return { sessionId, subject: bus.names.logSubject(tenant, sessionId) };
   });
 
-  /**
-   * A queue-group request for a session another replica keeps warm goes to that owner's own
-   * subject (it holds the lease, so claiming would only wait it out); undefined when no other
-   * process serves the session, so the caller claims it.
-   */
-  const viaOwner = async <Req, Res>(tenant: string, sessionId: string, subject: string, reqCodec: Codec<Req>, req: Req, resCodec: Codec<Res>): Promise<Res | undefined> => {
-    const key = Leases.key(tenant, sessionId);
-    if (owned.has(key) || acquiring.has(key) || deleting.has(key)) return undefined;
-    try {
-      return await bus.request(subject, reqCodec, req, resCodec, { timeoutMs: 5 * 60_000, silenceMs: DEFAULT_SILENCE_MS });
-    } catch (error) {
-      if (error instanceof TackError && (error.code === "bus.no_responders" || error.code === "bus.worker_lost")) return undefined;
-      throw error;
-    }
-  };
-
-  bus.serve(bus.names.loopSubmit, "loop", SubmitMessageRequest, SubmitMessageResponse, async (req) => {
-    const tenant = req.tenant || "local";
-    assertToken("session id", req.sessionId);
-    assertToken("tenant", tenant);
-    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionSubmit(req.sessionId), SubmitMessageRequest, req, SubmitMessageResponse);
-    if (forwarded) return forwarded;
-    const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
-    try {
-      return await submitOn(runtime)(req);
-    } catch (error) {
-      // A message for a session that does not exist (e.g. one just deleted) must not keep its lease renewed.
-      if (!runtime.meta && !runtime.working) forget(runtime);
-      throw error;
-    }
-  });
-
-  // A decision for a session no process owns: claim it like a message does; recovery parks its
-  // pending approvals again, so the decision finds its call waiting.
-  bus.serve(bus.names.loopDecide, "loop", DecideApprovalRequest, DecideApprovalResponse, async (req) => {
-    const tenant = req.tenant || "local";
-    assertToken("session id", req.sessionId);
-    assertToken("tenant", tenant);
-    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionDecide(req.sessionId), DecideApprovalRequest, req, DecideApprovalResponse);
-    if (forwarded) return forwarded;
-    const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
-    try {
-      return await decideOn(runtime)(req);
-    } finally {
-      forget(runtime);
-    }
-  });
-
-  // A mode change for a session no process owns: claim it like a message does (recovery may
-  // start a turn, which then refuses the change as busy).
-  bus.serve(bus.names.loopMode, "loop", SetSandboxModeRequest, SetSandboxModeResponse, async (req) => {
-    const tenant = req.tenant || "local";
-    assertToken("session id", req.sessionId);
-    assertToken("tenant", tenant);
-    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionMode(req.sessionId), SetSandboxModeRequest, req, SetSandboxModeResponse);
-    if (forwarded) return forwarded;
-    const runtime = await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000);
-    try {
-      return await modeOn(runtime)(req);
-    } finally {
-      forget(runtime);
-    }
-  });
-
-  // A deletion of a session no process owns: claim its lease (without loading or recovering it) and delete.
-  bus.serve(bus.names.loopDelete, "loop", DeleteSessionRequest, DeleteSessionResponse, async (req) => {
-    const tenant = req.tenant || "local";
-    assertToken("session id", req.sessionId);
-    assertToken("tenant", tenant);
-    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionDelete(req.sessionId), DeleteSessionRequest, req, DeleteSessionResponse);
-    if (forwarded) return forwarded;
-    return remove(tenant, req.sessionId, req.deletedBy);
-  });
-
   // A new session from a copy of another's log (a fork at a turn boundary, an imported bundle):
   // written by this process as the new log's single writer, under its lease; nothing runs again.
   bus.serve(bus.names.loopCopy, "loop", CopySessionRequest, CopySessionResponse, async (req) => {
-    const sessionId = req.sessionId || `s${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
+    const sessionId = req.sessionId || newSessionId();
     const tenant = req.tenant || "local";
     assertToken("session id", sessionId);
     assertToken("tenant", tenant);
-    const bad = (why: string) => new TackError("loop.bad_copy", `cannot copy the session: ${why}`);
-    const events = req.events;
-    const first = events[0]?.payload;
-    if (first?.$case !== "sessionCreated") throw bad("the events must start with session/created");
-    let openTurn = 0;
-    for (const [i, event] of events.entries()) {
-      if (event.seq !== i + 1) throw bad(`event ${i + 1} has seq ${event.seq}; the events must run seq 1..${events.length} without gaps`);
-      if (!event.payload) throw bad(`event ${event.seq} (${JSON.stringify(event.type)}) has no payload this loop knows`);
-      if (event.payload.$case === "turnStart") openTurn = event.payload.value.turn;
-      if (event.payload.$case === "turnEnd") openTurn = 0;
-    }
-    if (openTurn !== 0) throw bad(`turn ${openTurn} has no turn/end; copy up to a turn boundary (an ended turn)`);
-    if (req.workspace && !req.workspace.startsWith("/")) throw bad(`workspace ${JSON.stringify(req.workspace)} must be an absolute path`);
-    // Spilled objects keep their call ids under the new session's prefix; only the source's own are taken.
-    const from = `${first.value.tenant}.${first.value.sessionId}.`;
-    const rename = (name: string) => {
-      if (!name.startsWith(from)) throw bad(`object ${JSON.stringify(name)} is not one of the source session's (${from}…)`);
-      return `${tenant}.${sessionId}.${name.slice(from.length)}`;
-    };
-    const drafts = events.map((event: Event) => {
-      let payload = event.payload!;
-      if (payload.$case === "sessionCreated") {
-        payload = { $case: "sessionCreated", value: { ...payload.value, sessionId, tenant, ...(req.workspace ? { workspace: req.workspace } : {}) } };
-      } else if (payload.$case === "toolResult") {
-        const value = payload.value;
-        payload = { $case: "toolResult", value: { ...value, spillObject: value.spillObject ? rename(value.spillObject) : "", images: value.images.map((image) => ({ ...image, object: image.object ? rename(image.object) : "" })) } };
-      }
-      return { payload, source: event.source, surface: event.surface };
-    });
-    const objects = req.objects.map((object) => ({ name: rename(object.name), data: object.data }));
-    const runtime = await acquire(tenant, sessionId, 0);
+    const { drafts, objects, from } = sessionCopy(req, tenant, sessionId);
+    const runtime = await ownership.acquire(tenant, sessionId, 0);
     try {
       if (runtime.events.length > 0) throw new TackError("loop.session_exists", `session ${sessionId} already exists; choose another id or leave it empty`);
       if (objects.length > 0) {
@@ -501,48 +191,19 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       }
       await runtime.append(...drafts);
     } finally {
-      forget(runtime);
+      ownership.forget(runtime);
     }
-    log.info("session copied", { session: sessionId, tenant, from: first.value.sessionId, events: drafts.length, objects: objects.length, copied_by: req.copiedBy });
+    log.info("session copied", { session: sessionId, tenant, from, events: drafts.length, objects: objects.length, copied_by: req.copiedBy });
     return { sessionId, subject: bus.names.logSubject(tenant, sessionId), events: drafts.length };
   });
 
-  // A cancellation for a session no process owns: a turn runs only in its owner, so there is nothing to stop.
-  bus.serve(bus.names.loopCancel, "loop", CancelTurnRequest, CancelTurnResponse, async (req) => {
-    const tenant = req.tenant || "local";
-    assertToken("session id", req.sessionId);
-    assertToken("tenant", tenant);
-    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionCancel(req.sessionId), CancelTurnRequest, req, CancelTurnResponse);
-    return forwarded ?? { cancelled: false, turn: 0 };
-  });
-
-  // A compaction of a session no process owns: claim it like a message does (recovery may start
-  // a turn, which then refuses the compaction as busy).
-  bus.serve(bus.names.loopCompact, "loop", CompactSessionRequest, CompactSessionResponse, async (req) => {
-    const tenant = req.tenant || "local";
-    assertToken("session id", req.sessionId);
-    assertToken("tenant", tenant);
-    const forwarded = await viaOwner(tenant, req.sessionId, bus.names.loopSessionCompact(req.sessionId), CompactSessionRequest, req, CompactSessionResponse);
-    if (forwarded) return forwarded;
-    return compactOn(await acquire(tenant, req.sessionId, o.leaseTtlMs + 1_000))(req);
-  });
-
-    // Take over sessions whose owner stopped renewing (crashed or partitioned away).
-  const scan = async () => {
-    for (const state of await leases.all()) {
-      if (stopped) return;
-      // An expired lease of our own that no runtime here holds is one this process gave up (lost lease, broken writer): taken over like any other.
-      if (state.expiresAt > Date.now() || owned.has(state.key)) continue;
-      const dot = state.key.indexOf(".");
-      const runtime = await acquire(state.key.slice(0, dot), state.key.slice(dot + 1), 0).catch(() => undefined);
-      if (runtime) forget(runtime);
-    }
-  };
+  // Take over sessions whose owner stopped renewing (crashed or partitioned away).
   let scanning = false;
+  let stopped = false;
   const scanner = setInterval(() => {
     if (scanning || stopped) return;
     scanning = true;
-    scan().catch((error: unknown) => log.warn("recovery scan failed", { error: (error as Error).message })).finally(() => { scanning = false; });
+    ownership.scan().catch((error: unknown) => log.warn("recovery scan failed", { error: (error as Error).message })).finally(() => { scanning = false; });
   }, Math.max(100, Math.floor(o.leaseTtlMs / 2)));
   scanner.unref();
   // Make sure the server knows our subscriptions before anyone is told we are up.
@@ -552,20 +213,17 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
 
   return {
     owner,
-    session: (sessionId, tenant = "local") => owned.get(Leases.key(tenant, sessionId))?.runtime,
+    session: (sessionId, tenant = "local") => ownership.runtime(tenant, sessionId),
     async stop() {
       stopped = true;
       clearInterval(scanner);
-      for (const timer of idleTimers.values()) clearTimeout(timer);
-      idleTimers.clear();
-      for (const { runtime, subscriptions } of owned.values()) {
-        for (const subscription of subscriptions) subscription.unsubscribe();
-        runtime.dispose();
-        // A session mid-turn keeps its lease until it expires, so another replica recovers it.
-        if (!runtime.busy) await leases.release(runtime.lease);
-      }
-      owned.clear();
+      await ownership.stop();
       await bus.close();
     },
   };
+}
+
+/** A new session's id when the caller gives none: time-ordered, with 32 random bits. */
+function newSessionId(): string {
+  return `s${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
 }

@@ -1,0 +1,108 @@
+import type { Subscription } from "@nats-io/nats-core";
+import { assertToken, DEFAULT_SILENCE_MS, TackError, type Bus, type Codec } from "@tack/bus";
+import type { Ownership } from "./ownership.js";
+import type { SessionRuntime } from "./session.js";
+
+/** A request addressed to one session. */
+export interface SessionAddressed {
+  tenant: string;
+  sessionId: string;
+}
+
+/** What a route's `unowned` handler may do with a session no process serves. */
+export interface Unowned {
+  /** Claims the session (waiting out an expiring lease), loads and recovers it. */
+  claim(): Promise<SessionRuntime>;
+  readonly ownership: Ownership;
+}
+
+/**
+ * One per-session rpc: served on the owner's subject by the replica that owns the session, and
+ * on the queue subject (group `loop`) by any replica, which forwards it to a warm owner or handles it itself.
+ */
+export interface RouteSpec<Req extends SessionAddressed, Res> {
+  /** The proto rpc, for errors. */
+  readonly rpc: string;
+  /** The queue subject, served by every replica. */
+  any(bus: Bus): string;
+  /** The owner's subject of a session. */
+  owner(bus: Bus, sessionId: string): string;
+  readonly request: Codec<Req>;
+  readonly response: Codec<Res>;
+  /** Handles the call for a session this process owns. */
+  owned(runtime: SessionRuntime, req: Req): Promise<Res>;
+  /**
+   * Handles the call for a session no process serves; by default the session is claimed, `owned`
+   * handles the call and the session is then left warm for the idle release.
+   */
+  unowned?(req: Req & SessionAddressed, tenant: string, via: Unowned): Promise<Res>;
+}
+
+/** A route with its types closed over: what the router's table holds. */
+export interface SessionRoute {
+  readonly rpc: string;
+  serveOwner(bus: Bus, runtime: SessionRuntime): Subscription;
+  serveAny(bus: Bus, ownership: Ownership, leaseTtlMs: number): Subscription;
+}
+
+/** Declares a per-session rpc for the router's table. */
+export function route<Req extends SessionAddressed, Res>(spec: RouteSpec<Req, Res>): SessionRoute {
+  return {
+    rpc: spec.rpc,
+    serveOwner: (bus, runtime) => bus.serve(spec.owner(bus, runtime.sessionId), "loop-owner", spec.request, spec.response, (req) => spec.owned(runtime, req)),
+    serveAny: (bus, ownership, leaseTtlMs) => bus.serve(spec.any(bus), "loop", spec.request, spec.response, async (req) => {
+      const tenant = req.tenant || "local";
+      assertToken("session id", req.sessionId);
+      assertToken("tenant", tenant);
+      const forwarded = await viaOwner(bus, ownership, tenant, req.sessionId, spec.owner(bus, req.sessionId), spec.request, req, spec.response);
+      if (forwarded) return forwarded;
+      const claim = () => ownership.acquire(tenant, req.sessionId, leaseTtlMs + 1_000);
+      if (spec.unowned) return spec.unowned(req, tenant, { claim, ownership });
+      const runtime = await claim();
+      try {
+        return await spec.owned(runtime, req);
+      } finally {
+        ownership.forget(runtime);
+      }
+    }),
+  };
+}
+
+/**
+ * A queue-group request for a session another replica keeps warm goes to that owner's own
+ * subject (it holds the lease, so claiming would only wait it out); undefined when no other
+ * process serves the session, so the caller claims it.
+ */
+async function viaOwner<Req, Res>(bus: Bus, ownership: Ownership, tenant: string, sessionId: string, subject: string, reqCodec: Codec<Req>, req: Req, resCodec: Codec<Res>): Promise<Res | undefined> {
+  if (ownership.holds(tenant, sessionId)) return undefined;
+  try {
+    return await bus.request(subject, reqCodec, req, resCodec, { timeoutMs: 5 * 60_000, silenceMs: DEFAULT_SILENCE_MS });
+  } catch (error) {
+    if (error instanceof TackError && (error.code === "bus.no_responders" || error.code === "bus.worker_lost")) return undefined;
+    throw error;
+  }
+}
+
+/**
+ * The loop's per-session rpcs: opens their queue subjects once, and a session's owner subjects
+ * when this process comes to own it (`Ownership` calls `serveOwned`).
+ */
+export class SessionRouter {
+  readonly #bus: Bus;
+  readonly #routes: readonly SessionRoute[];
+
+  constructor(bus: Bus, routes: readonly SessionRoute[]) {
+    this.#bus = bus;
+    this.#routes = routes;
+  }
+
+  /** Opens the owner subjects of a session this process just came to own. */
+  serveOwned(runtime: SessionRuntime): Subscription[] {
+    return this.#routes.map((r) => r.serveOwner(this.#bus, runtime));
+  }
+
+  /** Opens the queue subjects every replica serves. */
+  serveAny(ownership: Ownership, leaseTtlMs: number): Subscription[] {
+    return this.#routes.map((r) => r.serveAny(this.#bus, ownership, leaseTtlMs));
+  }
+}
