@@ -1,9 +1,9 @@
 // Generates the gateway's contract module from proto/tack/gateway/v1/gateway.proto: the route
 // table (each rpc's `@http METHOD PATH STATUS [media type]`), the JSON Schemas Fastify's ajv
 // validates requests with (path, query and body parts, from the field annotations `@required`,
-// `@pattern`, `@enum`, `@maxLength`, ...), and the component schemas of every message for the
-// OpenAPI document. Called by scripts/gen.mjs (so `make gen` and `--check` cover it); run alone,
-// `node scripts/gen-gateway.mjs` prints the module.
+// `@pattern`, `@enum`, `@maxLength`, ...), and the component schemas of the OpenAPI document (the
+// response messages and what they refer to). Called by scripts/gen.mjs (so `make gen` and
+// `--check` cover it); run alone, `node scripts/gen-gateway.mjs` prints the module.
 import { execFileSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -166,10 +166,27 @@ export function gatewayContract(image) {
       },
     };
   });
-  const components = {};
-  for (const name of messages.keys()) components[name] = messageSchema(name, { forResponse: true });
-  components.Event = { type: "object", description: "One event of the session log (`tack.log.v1.Event` in its JSON form; the catalog is docs/events.md): `seq`, `time`, `type`, `source`, and the payload under its case name.", additionalProperties: true };
-  return { service: `${PACKAGE}.Gateway`, operations, components };
+  return { service: `${PACKAGE}.Gateway`, operations, components: responseComponents(operations, [...messages.keys()], (name) => messageSchema(name, { forResponse: true })) };
+}
+
+/** The Event component: the log's event in its JSON form, described by docs/events.md, not by this file. */
+const EVENT_COMPONENT = { type: "object", description: "One event of the session log (`tack.log.v1.Event` in its JSON form; the catalog is docs/events.md): `seq`, `time`, `type`, `source`, and the payload under its case name.", additionalProperties: true };
+
+/**
+ * The component schemas the OpenAPI document refers to, in the proto's message order, Event last:
+ * the response message of every operation whose REST success carries one (JSON, or the events of
+ * an event stream; not a tar archive) and every message those refer to. A message only a request
+ * uses is no component: a request's fields are the operation's parameters and inline body schema.
+ */
+function responseComponents(operations, order, schemaOf) {
+  const found = new Map();
+  const visit = (name) => {
+    if (found.has(name)) return;
+    found.set(name, name === "Event" ? EVENT_COMPONENT : schemaOf(name));
+    for (const [, ref] of JSON.stringify(found.get(name)).matchAll(/"\$ref":"#\/components\/schemas\/(\w+)"/g)) visit(ref);
+  };
+  for (const op of operations) if (op.mediaType !== "application/x-tar") visit(op.responseType);
+  return Object.fromEntries([...order, "Event"].filter((name) => found.has(name)).map((name) => [name, found.get(name)]));
 }
 
 /** The TypeScript module written to services/gateway/src/gen/contract.ts. */
@@ -201,7 +218,7 @@ export interface OperationSpec {
   readonly schemas: { readonly body?: JsonSchema; readonly querystring?: JsonSchema; readonly params?: JsonSchema };
 }
 
-/** The gateway's contract: its operations and every message as a schema. */
+/** The gateway's contract: its operations and the OpenAPI document's component schemas (the response messages and what they refer to). */
 export const CONTRACT: { readonly service: string; readonly operations: readonly OperationSpec[]; readonly components: Readonly<Record<string, JsonSchema>> } = ${JSON.stringify(contract, null, 2)};
 `;
 }

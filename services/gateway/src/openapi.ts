@@ -20,6 +20,15 @@ const ERROR_SCHEMA = {
   },
 };
 
+/**
+ * The one refusal of the routes without a key: request headers over Node's limit (16 KiB), which
+ * the HTTP server refuses before any route runs, in Fastify's own error shape.
+ */
+const HEADERS_TOO_LARGE = {
+  description: "The request's headers are over 16 KiB; send fewer or shorter ones.",
+  content: { "application/json": { schema: { type: "object", required: ["statusCode", "error", "message"], properties: { statusCode: { type: "integer", const: 431 }, error: { type: "string" }, message: { type: "string" } } } } },
+};
+
 const errorResponse = (description: string) => ({ description, content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } } });
 
 /** The document, built once per call (it is small and the contract is fixed at build time). */
@@ -45,7 +54,9 @@ export function openApiDocument(version: string): Record<string, unknown> {
     }
     let content: Record<string, unknown>;
     if (op.mediaType === "text/event-stream") {
-      content = { "text/event-stream": { schema: { type: "string", description: "Server-Sent Events: `id` = seq, `event` = type, `data` = the event as JSON (tack.log.v1.Event)." }, itemSchema: { $ref: "#/components/schemas/Event" } } };
+      // OpenAPI 3.1 describes a body as one schema: the stream is a string, and the schema of each
+      // event's `data` is named in the description and in `x-itemSchema` (3.2's `itemSchema`).
+      content = { "text/event-stream": { schema: { type: "string", description: "Server-Sent Events: `id` = seq, `event` = type, `data` = the event as JSON (tack.log.v1.Event, the schema `#/components/schemas/Event`)." }, "x-itemSchema": { $ref: "#/components/schemas/Event" } } };
     } else if (op.mediaType === "application/x-tar") {
       content = { "application/x-tar": { schema: { type: "string", contentMediaType: "application/x-tar" } } };
     } else content = { "application/json": { schema: { $ref: `#/components/schemas/${op.responseType}` } } };
@@ -67,12 +78,13 @@ export function openApiDocument(version: string): Record<string, unknown> {
     operationId: "Health", summary: "200 when the session index answers and the bus connection is open, else 503.", tags: ["health"], security: [],
     responses: {
       "200": { description: "healthy", content: { "application/json": { schema: { type: "object", properties: { status: { type: "string" } } } } } },
+      "431": HEADERS_TOO_LARGE,
       "503": { description: "unavailable", content: { "application/json": { schema: { type: "object", properties: { status: { type: "string" }, problems: { type: "array", items: { type: "string" } } } } } } },
     },
   };
   at("/v1/openapi.json").get = {
     operationId: "OpenApi", summary: "This document.", tags: ["meta"], security: [],
-    responses: { "200": { description: "the OpenAPI 3.1 document", content: { "application/json": { schema: { type: "object" } } } } },
+    responses: { "200": { description: "the OpenAPI 3.1 document", content: { "application/json": { schema: { type: "object" } } } }, "431": HEADERS_TOO_LARGE },
   };
   return {
     openapi: "3.1.0",

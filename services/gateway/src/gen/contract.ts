@@ -24,7 +24,7 @@ export interface OperationSpec {
   readonly schemas: { readonly body?: JsonSchema; readonly querystring?: JsonSchema; readonly params?: JsonSchema };
 }
 
-/** The gateway's contract: its operations and every message as a schema. */
+/** The gateway's contract: its operations and the OpenAPI document's component schemas (the response messages and what they refer to). */
 export const CONTRACT: { readonly service: string; readonly operations: readonly OperationSpec[]; readonly components: Readonly<Record<string, JsonSchema>> } = {
   "service": "tack.gateway.v1.Gateway",
   "operations": [
@@ -1213,109 +1213,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
     }
   ],
   "components": {
-    "CreateSessionRequest": {
-      "type": "object",
-      "properties": {
-        "workspace": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "maxLength": 4096,
-          "pattern": "^/",
-          "description": "Absolute path of a project directory under one of the tenant's workspace roots (or give `workspace_id`).",
-          "x-errors": {
-            "type": "must be a string: the absolute path of a project folder under one of your tenant's workspace roots",
-            "pattern": "must be an absolute host path, got {value}"
-          }
-        },
-        "workspace_id": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "pattern": "^ws_[0-9a-f]{20}$",
-          "description": "A managed workspace's id (`POST /v1/workspaces`) instead of `workspace`.",
-          "x-errors": {
-            "type": "must be a string: the id of a managed workspace (POST /v1/workspaces)",
-            "pattern": "must be a managed workspace id like ws_0123456789abcdef0123"
-          }
-        },
-        "model": {
-          "type": "string",
-          "maxLength": 1000,
-          "pattern": "^[a-z0-9][a-z0-9_-]*:\\S",
-          "description": "Model reference `<provider>:<model>`, e.g. `deepseek:deepseek-chat` or `scripted:/abs/script.json`.",
-          "x-errors": {
-            "pattern": "must be <provider>:<model>, e.g. deepseek:deepseek-chat or scripted:/abs/script.json"
-          },
-          "x-required": "a model reference such as deepseek:deepseek-chat"
-        },
-        "mode": {
-          "type": "string",
-          "pattern": "^[a-z][a-z0-9_-]{0,31}$",
-          "description": "The set of tools (`standard`, `code`, `minimal`, `creator`: whatever the tools service lists).",
-          "default": "standard",
-          "x-errors": {
-            "type": "must be a string: standard, code, minimal or creator",
-            "pattern": "must be a mode name such as standard or code"
-          }
-        },
-        "plan_mode": {
-          "type": "boolean",
-          "description": "Start in plan mode.",
-          "default": false
-        },
-        "sandbox_mode": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "enum": [
-            "read-only",
-            "workspace-write",
-            "danger-full-access"
-          ],
-          "description": "`read-only`, `workspace-write` or `danger-full-access`; default workspace-write, or the tenant's widest mode when narrower.",
-          "x-errors": {
-            "enum": "Invalid option: expected one of \"read-only\"|\"workspace-write\"|\"danger-full-access\""
-          }
-        },
-        "approval_policy": {
-          "type": "string",
-          "enum": [
-            "ask",
-            "never"
-          ],
-          "description": "`ask` (a person approves escalations) or `never`.",
-          "default": "ask",
-          "x-errors": {
-            "enum": "Invalid option: expected one of \"ask\"|\"never\""
-          }
-        },
-        "title": {
-          "type": "string",
-          "maxLength": 200,
-          "description": "A title for people.",
-          "default": ""
-        },
-        "budget_usd": {
-          "type": [
-            "number",
-            "null"
-          ],
-          "maximum": 1000000,
-          "exclusiveMinimum": 0,
-          "description": "Spending limit of the session in US dollars (positive).",
-          "x-errors": {
-            "exclusiveMinimum": "must be a positive amount of US dollars"
-          }
-        }
-      },
-      "required": [
-        "model"
-      ]
-    },
     "Session": {
       "type": "object",
       "properties": {
@@ -1370,72 +1267,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
       },
       "description": "Session is one session's row of the gateway's index."
     },
-    "ListSessionsRequest": {
-      "type": "object",
-      "properties": {
-        "limit": {
-          "type": "integer",
-          "minimum": 1,
-          "maximum": 200,
-          "description": "Page size.",
-          "default": 50
-        },
-        "offset": {
-          "type": "integer",
-          "minimum": 0,
-          "description": "Rows to skip (use `cursor` instead for stable pages).",
-          "default": 0
-        },
-        "workspace": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "maxLength": 4096,
-          "description": "Only sessions in this workspace (the host path, or a managed workspace's id)."
-        },
-        "archived": {
-          "type": [
-            "boolean",
-            "null"
-          ],
-          "description": "`true`: only archived sessions; `false` (the default): only those not archived."
-        },
-        "created_before": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "pattern": "^\\d{4}-\\d{2}-\\d{2}(T[0-9:.]+(Z|[+-]\\d{2}:\\d{2})?)?$",
-          "description": "Only sessions created before this ISO-8601 time.",
-          "x-errors": {
-            "pattern": "must be an ISO-8601 time such as 2025-01-31T12:00:00Z"
-          }
-        },
-        "created_after": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "pattern": "^\\d{4}-\\d{2}-\\d{2}(T[0-9:.]+(Z|[+-]\\d{2}:\\d{2})?)?$",
-          "description": "Only sessions created after this ISO-8601 time.",
-          "x-errors": {
-            "pattern": "must be an ISO-8601 time such as 2025-01-31T12:00:00Z"
-          }
-        },
-        "cursor": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "pattern": "^[A-Za-z0-9_-]{1,400}$",
-          "description": "The `next_cursor` of the previous page.",
-          "x-errors": {
-            "pattern": "must be the next_cursor of a previous page"
-          }
-        }
-      }
-    },
     "ListSessionsResponse": {
       "type": "object",
       "properties": {
@@ -1459,14 +1290,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
             "null"
           ],
           "description": "Give it as `cursor` for the next page; absent on the last page."
-        }
-      }
-    },
-    "GetSessionRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
         }
       }
     },
@@ -1684,14 +1507,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         }
       }
     },
-    "DeleteSessionRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        }
-      }
-    },
     "DeleteSessionResponse": {
       "type": "object",
       "properties": {
@@ -1726,27 +1541,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
       },
       "description": "RemovedParts is what a deletion removed from the bus."
     },
-    "SubmitMessageRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "text": {
-          "type": "string",
-          "maxLength": 100000,
-          "pattern": "\\S",
-          "description": "The message to send.",
-          "x-errors": {
-            "pattern": "must not be empty"
-          },
-          "x-required": "the message to send"
-        }
-      },
-      "required": [
-        "text"
-      ]
-    },
     "SubmitMessageResponse": {
       "type": "object",
       "properties": {
@@ -1761,51 +1555,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         }
       }
     },
-    "StreamEventsRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "from": {
-          "type": "string",
-          "maxLength": 20,
-          "description": "First seq to send (an integer ≥ 1; default 1). REST: `Last-Event-ID` (the last seq received) wins over it."
-        },
-        "follow": {
-          "type": "string",
-          "maxLength": 5,
-          "description": "`0` or `false`: stop at the current end of the log; otherwise follow it until the caller goes away."
-        }
-      }
-    },
-    "DecideApprovalRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "call_id": {
-          "type": "string"
-        },
-        "decision": {
-          "type": "string",
-          "enum": [
-            "allow_once",
-            "reject"
-          ],
-          "description": "`allow_once` or `reject`.",
-          "x-errors": {
-            "enum": "must be \"allow_once\" or \"reject\", got {value}",
-            "type": "must be \"allow_once\" or \"reject\", got {value}"
-          },
-          "x-required": "allow_once or reject"
-        }
-      },
-      "required": [
-        "decision"
-      ]
-    },
     "DecisionResponse": {
       "type": "object",
       "properties": {
@@ -1816,109 +1565,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         }
       },
       "description": "DecisionResponse answers a decision on a waiting call."
-    },
-    "AnswerQuestionRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "call_id": {
-          "type": "string"
-        },
-        "answers": {
-          "type": "array",
-          "items": {
-            "$ref": "#/components/schemas/QuestionAnswer"
-          },
-          "minItems": 1,
-          "maxItems": 4,
-          "description": "One answer per question, in order.",
-          "x-errors": {
-            "type": "must be an array of {selected, other}",
-            "minItems": "must hold one answer per question",
-            "maxItems": "must hold at most 4 answers (a call asks at most 4 questions)"
-          },
-          "x-required": "one {selected, other} per question, in order"
-        }
-      },
-      "required": [
-        "answers"
-      ]
-    },
-    "QuestionAnswer": {
-      "type": "object",
-      "properties": {
-        "selected": {
-          "type": "array",
-          "items": {
-            "type": "string",
-            "maxLength": 1000
-          },
-          "maxItems": 50,
-          "description": "Labels of the options chosen.",
-          "default": []
-        },
-        "other": {
-          "type": "string",
-          "maxLength": 10000,
-          "description": "The answer in the person's own words.",
-          "default": "",
-          "x-errors": {
-            "type": "must be a string: the answer in your own words"
-          }
-        }
-      },
-      "description": "QuestionAnswer answers one question: option labels and/or the person's own words."
-    },
-    "DecidePlanRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "approve": {
-          "type": "boolean",
-          "description": "True to approve the plan, false to reject it.",
-          "x-required": "true to approve the plan, false to reject it"
-        },
-        "feedback": {
-          "type": "string",
-          "maxLength": 10000,
-          "description": "The reviewer's words, which the model reads.",
-          "default": ""
-        },
-        "call_id": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "maxLength": 200,
-          "description": "The exit_plan_mode call; default the plan waiting.",
-          "x-errors": {
-            "type": "must be a string: the call id of the exit_plan_mode call"
-          }
-        }
-      },
-      "required": [
-        "approve"
-      ]
-    },
-    "SetPlanModeRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "on": {
-          "type": "boolean",
-          "description": "True to enter plan mode, false to leave it.",
-          "x-required": "true to enter plan mode, false to leave it"
-        }
-      },
-      "required": [
-        "on"
-      ]
     },
     "SetPlanModeResponse": {
       "type": "object",
@@ -1933,26 +1579,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         }
       }
     },
-    "SetSessionModeRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "mode": {
-          "type": "string",
-          "pattern": "^[a-z][a-z0-9_-]{0,31}$",
-          "description": "A tools mode: standard, code, minimal or creator.",
-          "x-errors": {
-            "pattern": "must be a mode name such as standard or code"
-          },
-          "x-required": "standard, code, minimal or creator"
-        }
-      },
-      "required": [
-        "mode"
-      ]
-    },
     "SetSessionModeResponse": {
       "type": "object",
       "properties": {
@@ -1965,31 +1591,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
           "type": "string"
         }
       }
-    },
-    "SetSandboxModeRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "mode": {
-          "type": "string",
-          "enum": [
-            "read-only",
-            "workspace-write",
-            "danger-full-access"
-          ],
-          "description": "`read-only`, `workspace-write` or `danger-full-access`.",
-          "x-errors": {
-            "enum": "must be one of read-only, workspace-write, danger-full-access, got {value}",
-            "type": "must be one of read-only, workspace-write, danger-full-access, got {value}"
-          },
-          "x-required": "read-only, workspace-write, danger-full-access"
-        }
-      },
-      "required": [
-        "mode"
-      ]
     },
     "SetSandboxModeResponse": {
       "type": "object",
@@ -2004,14 +1605,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         }
       }
     },
-    "GetTodosRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        }
-      }
-    },
     "GetTodosResponse": {
       "type": "object",
       "properties": {
@@ -2020,14 +1613,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
           "items": {
             "$ref": "#/components/schemas/Todo"
           }
-        }
-      }
-    },
-    "GetContextRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
         }
       }
     },
@@ -2096,14 +1681,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         }
       }
     },
-    "CancelTurnRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        }
-      }
-    },
     "CancelTurnResponse": {
       "type": "object",
       "properties": {
@@ -2115,25 +1692,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
           "type": "integer",
           "minimum": 0,
           "description": "The turn asked to stop; 0 when none ran."
-        }
-      }
-    },
-    "CompactSessionRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "instructions": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "maxLength": 2000,
-          "description": "What the summary should keep or focus on (as with Claude Code's `/compact <instructions>`).",
-          "x-errors": {
-            "type": "must be a string: what the summary should keep or focus on"
-          }
         }
       }
     },
@@ -2174,123 +1732,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         "cost_usd": {
           "type": "number",
           "description": "What the summary cost, in USD."
-        }
-      }
-    },
-    "ArchiveSessionRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "archived": {
-          "type": [
-            "boolean",
-            "null"
-          ],
-          "description": "True (the default) to archive, false to bring it back.",
-          "default": true
-        }
-      }
-    },
-    "ForkSessionRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "turn": {
-          "type": "integer",
-          "minimum": 1,
-          "maximum": 1000000,
-          "description": "The turn whose `turn/end` the copy ends with.",
-          "x-required": "the number of a turn that has ended (its turn/end is in the log)"
-        },
-        "title": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "maxLength": 200,
-          "description": "The fork's title; default the source's with \" (fork)\"."
-        }
-      },
-      "required": [
-        "turn"
-      ]
-    },
-    "ImportSessionRequest": {
-      "type": "object",
-      "properties": {
-        "format": {
-          "type": "string",
-          "enum": [
-            "tack.session-bundle/v1"
-          ],
-          "description": "`tack.session-bundle/v1`.",
-          "x-errors": {
-            "enum": "must be \"tack.session-bundle/v1\" (an export of GET /v1/sessions/{id}/export), got {value}"
-          },
-          "x-required": "tack.session-bundle/v1 (what GET /v1/sessions/{id}/export gives)"
-        },
-        "session": {
-          "$ref": "#/components/schemas/Session",
-          "description": "The exported session's row (its title, model and modes are kept).",
-          "x-required": "the exported session"
-        },
-        "events": {
-          "type": "array",
-          "items": {
-            "$ref": "#/components/schemas/Event"
-          },
-          "minItems": 1,
-          "maxItems": 100000,
-          "description": "The log, seq 1..N, ending at a turn boundary.",
-          "x-required": "the exported events"
-        },
-        "objects": {
-          "type": "array",
-          "items": {
-            "$ref": "#/components/schemas/SpillObject"
-          },
-          "maxItems": 10000,
-          "description": "The spilled objects the events name."
-        },
-        "workspace": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "maxLength": 4096,
-          "pattern": "^/",
-          "description": "Import into this directory (under the tenant's workspace roots) instead of the bundle's.",
-          "x-errors": {
-            "pattern": "must be an absolute host path, got {value}"
-          }
-        },
-        "workspace_id": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "pattern": "^ws_[0-9a-f]{20}$",
-          "description": "Import into this managed workspace instead.",
-          "x-errors": {
-            "pattern": "must be a managed workspace id like ws_0123456789abcdef0123"
-          }
-        }
-      },
-      "required": [
-        "format",
-        "session",
-        "events"
-      ]
-    },
-    "ExportSessionRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
         }
       }
     },
@@ -2335,10 +1776,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
       },
       "description": "SpillObject is one spilled payload, by the name events refer to it with."
     },
-    "GetUsageRequest": {
-      "type": "object",
-      "properties": {}
-    },
     "GetUsageResponse": {
       "type": "object",
       "properties": {
@@ -2347,22 +1784,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         },
         "cost_usd": {
           "type": "number"
-        }
-      }
-    },
-    "ListAuditRequest": {
-      "type": "object",
-      "properties": {
-        "limit": {
-          "type": "integer",
-          "minimum": 1,
-          "maximum": 200,
-          "default": 50
-        },
-        "offset": {
-          "type": "integer",
-          "minimum": 0,
-          "default": 0
         }
       }
     },
@@ -2429,16 +1850,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
       },
       "description": "AuditRecord is who did what to which session, when."
     },
-    "WebSearchHealthRequest": {
-      "type": "object",
-      "properties": {
-        "refresh": {
-          "type": "string",
-          "maxLength": 5,
-          "description": "`true` (admin keys only) probes every configured provider now."
-        }
-      }
-    },
     "WebSearchHealthResponse": {
       "type": "object",
       "properties": {
@@ -2488,21 +1899,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         }
       }
     },
-    "CreateWorkspaceRequest": {
-      "type": "object",
-      "properties": {
-        "title": {
-          "type": "string",
-          "maxLength": 200,
-          "description": "A title for people."
-        },
-        "archive": {
-          "type": "string",
-          "contentEncoding": "base64",
-          "description": "gRPC only: a tar or tar.gz archive to unpack (REST sends it as the body); empty for an empty workspace."
-        }
-      }
-    },
     "Workspace": {
       "type": "object",
       "properties": {
@@ -2529,10 +1925,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
       },
       "description": "Workspace is a managed workspace."
     },
-    "ListWorkspacesRequest": {
-      "type": "object",
-      "properties": {}
-    },
     "ListWorkspacesResponse": {
       "type": "object",
       "properties": {
@@ -2541,32 +1933,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
           "items": {
             "$ref": "#/components/schemas/Workspace"
           }
-        }
-      }
-    },
-    "ExportWorkspaceRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        }
-      }
-    },
-    "ArchiveChunk": {
-      "type": "object",
-      "properties": {
-        "data": {
-          "type": "string",
-          "contentEncoding": "base64"
-        }
-      },
-      "description": "ArchiveChunk is one piece of a tar archive, in order."
-    },
-    "DeleteWorkspaceRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
         }
       }
     },
@@ -2585,37 +1951,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
             "type": "string"
           },
           "description": "The sessions that worked in it, deleted with it."
-        }
-      }
-    },
-    "CreateKeyRequest": {
-      "type": "object",
-      "properties": {
-        "tenant": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "maxLength": 64,
-          "description": "The caller's own tenant (default); any other is refused."
-        },
-        "role": {
-          "type": "string",
-          "enum": [
-            "admin",
-            "member"
-          ],
-          "description": "`admin` or `member` (default).",
-          "default": "member",
-          "x-errors": {
-            "enum": "must be \"admin\" or \"member\", got {value}"
-          }
-        },
-        "name": {
-          "type": "string",
-          "maxLength": 100,
-          "description": "A label.",
-          "default": ""
         }
       }
     },
@@ -2687,10 +2022,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
       },
       "description": "CreatedKey is a new key, shown this once."
     },
-    "ListKeysRequest": {
-      "type": "object",
-      "properties": {}
-    },
     "ListKeysResponse": {
       "type": "object",
       "properties": {
@@ -2701,18 +2032,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
           }
         }
       }
-    },
-    "RevokeKeyRequest": {
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        }
-      }
-    },
-    "ListTenantsRequest": {
-      "type": "object",
-      "properties": {}
     },
     "ListTenantsResponse": {
       "type": "object",
