@@ -21,11 +21,11 @@ const ERROR_SCHEMA = {
 };
 
 /**
- * The one refusal of the routes without a key: request headers over Node's limit (16 KiB), which
- * the HTTP server refuses before any route runs, in Fastify's own error shape.
+ * The one refusal of the routes without a key: request headers over Node's limit (16 KiB by
+ * default), which the HTTP server refuses before any route runs, in Fastify's own error shape.
  */
 const HEADERS_TOO_LARGE = {
-  description: "The request's headers are over 16 KiB; send fewer or shorter ones.",
+  description: "The request's headers are over the HTTP server's limit (Node's, 16 KiB unless --max-http-header-size says otherwise); send fewer or shorter ones.",
   content: { "application/json": { schema: { type: "object", required: ["statusCode", "error", "message"], properties: { statusCode: { type: "integer", const: 431 }, error: { type: "string" }, message: { type: "string" } } } } },
 };
 
