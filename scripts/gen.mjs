@@ -1,6 +1,7 @@
 // Generates everything derived from proto/: TypeScript (ts-proto via buf; grpc-js services for
 // the gateway), the event catalog used by the log package, docs/events.md, and the gateway's
-// contract module (route table and JSON Schemas, scripts/gen-gateway.mjs).
+// contract module (route table and JSON Schemas, scripts/gen-gateway.mjs) and the bus descriptors of
+// the internal services (scripts/gen-bus.mjs).
 // `node scripts/gen.mjs` writes the files; `node scripts/gen.mjs --check` fails when any is stale.
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync, rmSync, readdirSync, statSync, existsSync, mkdirSync } from "node:fs";
@@ -8,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join, relative, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { contractModule } from "./gen-gateway.mjs";
+import { descriptorsModule } from "./gen-bus.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const buf = join(root, "node_modules/.bin/buf");
@@ -17,6 +19,8 @@ const GRPC_PROTOS = ["tack/gateway/v1/gateway.proto", "grpc/health/v1/health.pro
 /** Generated files exported from @tack/proto as a namespace (their names repeat the internal messages'). */
 /** The gateway's route table and request schemas (scripts/gen-gateway.mjs). */
 const CONTRACT_FILE = "services/gateway/src/gen/contract.ts";
+/** The bus descriptors of the internal services (scripts/gen-bus.mjs). */
+const DESCRIPTORS_FILE = "packages/bus/src/gen/descriptors.ts";
 const NAMESPACED = { "tack/gateway/v1/gateway.ts": "gatewayV1", "grpc/health/v1/health.ts": "healthV1" };
 
 /** Reads the proto image (with comments) as JSON. */
@@ -185,6 +189,8 @@ function generateInto(target) {
   writeFileSync(join(target, "docs/events.md"), eventsMd(cat));
   mkdirSync(join(target, CONTRACT_FILE, ".."), { recursive: true });
   writeFileSync(join(target, CONTRACT_FILE), contractModule(image()));
+  mkdirSync(join(target, DESCRIPTORS_FILE, ".."), { recursive: true });
+  writeFileSync(join(target, DESCRIPTORS_FILE), descriptorsModule(image()));
 }
 
 if (check) {
@@ -192,7 +198,7 @@ if (check) {
   try {
     generateInto(tmp);
     const stale = [];
-    const fresh = [...listFiles(join(tmp, "packages/proto/src/gen")), join(tmp, "packages/proto/src/index.ts"), join(tmp, "docs/events.md"), join(tmp, CONTRACT_FILE)];
+    const fresh = [...listFiles(join(tmp, "packages/proto/src/gen")), join(tmp, "packages/proto/src/index.ts"), join(tmp, "docs/events.md"), join(tmp, CONTRACT_FILE), join(tmp, DESCRIPTORS_FILE)];
     const committedGen = existsSync(join(root, "packages/proto/src/gen")) ? listFiles(join(root, "packages/proto/src/gen")) : [];
     for (const f of fresh) {
       const rel = relative(tmp, f);
@@ -210,5 +216,5 @@ if (check) {
   }
 } else {
   generateInto(root);
-  console.log(`generated packages/proto/src/gen, docs/events.md and ${CONTRACT_FILE}`);
+  console.log(`generated packages/proto/src/gen, docs/events.md, ${CONTRACT_FILE} and ${DESCRIPTORS_FILE}`);
 }

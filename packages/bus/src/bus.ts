@@ -4,9 +4,19 @@ import { SpanKind } from "@opentelemetry/api";
 import { BusError, type MessageFns } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { TackError } from "./errors.js";
+import { rpcSubject, type Rpc } from "./descriptor.js";
+import { decodeReply, decodeRequest } from "./rpc-checks.js";
+import { serveStream, type StreamWriter } from "./stream.js";
 import { names, type Names } from "./subjects.js";
 import { extractTrace, injectTrace, inSpan } from "./trace.js";
 
+/**
+ * Header naming the rpc (`tack.loop.v1.Loop/SubmitMessage`) of a request sent with a descriptor
+ * and of its reply, so that a server can refuse a request for another rpc and a caller a reply
+ * of one, instead of decoding one message as another. Callers and servers without it (older
+ * replicas) are served as before.
+ */
+export const RPC_HEADER = "tack-rpc";
 /** Header set on a reply that carries a BusError instead of the response message. */
 export const ERROR_HEADER = "tack-error";
 /**
@@ -72,6 +82,21 @@ export interface RequestContext {
   readonly headers: Msg["headers"];
 }
 
+/** Options of one request. */
+export interface RequestOptions {
+  /** How long to wait for the reply (default 30 s). */
+  readonly timeoutMs?: number;
+  readonly headers?: Record<string, string>;
+  /** Ask the handler for heartbeats and give up on it after this long without one (`bus.worker_lost`). */
+  readonly silenceMs?: number;
+}
+
+/** Options of serving one rpc. */
+export interface ServeOptions {
+  /** Queue group instead of the descriptor's (tests that must not share one). */
+  readonly queue?: string;
+}
+
 /** A connection to NATS with typed request/reply over protobuf. */
 export class Bus {
   readonly nc: NatsConnection;
@@ -128,40 +153,45 @@ export class Bus {
   }
 
   /**
-   * Sends a request and decodes the reply; a BusError reply is thrown as a TackError. With
-   * `silenceMs`, the handler is asked for heartbeats and a handler that sends nothing for that
-   * long is given up on as `bus.worker_lost` (retryable): its process died or was cut off.
+   * Sends a request for `rpc` (a generated descriptor, e.g. `SandboxRpc.Exec` or
+   * `LoopRpc.SubmitMessage.at({ session })`) and decodes the reply; a BusError reply is thrown as
+   * a TackError. With `silenceMs`, the handler is asked for heartbeats and a handler that sends
+   * nothing for that long is given up on as `bus.worker_lost` (retryable): its process died or
+   * was cut off. A reply for another rpc is `bus.wrong_rpc`, an undecodable one `bus.bad_response`.
    */
-  async request<Req, Res>(
-    subject: string,
-    requestCodec: Codec<Req>,
-    request: Req,
-    responseCodec: Codec<Res>,
-    options: { timeoutMs?: number; headers?: Record<string, string>; silenceMs?: number } = {},
-  ): Promise<Res> {
-    const payload = requestCodec.encode(request).finish();
-    assertSize(subject, payload.length);
+  request<Req, Res>(rpc: Rpc<Req, Res, false, string>, request: Req, options?: RequestOptions): Promise<Res>;
+  /** @deprecated Pass a generated descriptor instead: `bus.request(SandboxRpc.Exec, request, options)`. */
+  request<Req, Res>(subject: string, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, options?: RequestOptions): Promise<Res>;
+  async request<Req, Res>(...args: [Rpc<Req, Res, false, string>, Req, RequestOptions?] | [string, Codec<Req>, Req, Codec<Res>, RequestOptions?]): Promise<Res> {
+    const call = typeof args[0] === "string"
+      ? { subject: args[0], rpc: undefined, requestCodec: args[1] as Codec<Req>, request: args[2] as Req, responseCodec: args[3] as Codec<Res>, options: (args[4] ?? {}) as RequestOptions }
+      : { subject: rpcSubject(this.names.namespace, args[0]), rpc: args[0], requestCodec: args[0].requestType, request: args[1] as Req, responseCodec: args[0].responseType, options: (args[2] ?? {}) as RequestOptions };
+    const { subject, rpc, options } = call;
+    const what = rpc ? `${rpc.fullName} (${subject})` : subject;
+    const payload = call.requestCodec.encode(call.request).finish();
+    assertSize(what, payload.length);
     return inSpan(`request ${subject}`, { "messaging.destination": subject }, async () => {
       const h = newHeaders();
       for (const [k, v] of Object.entries(options.headers ?? {})) h.set(k, v);
+      if (rpc) h.set(RPC_HEADER, rpc.fullName);
       injectTrace(h);
-      if (options.silenceMs !== undefined) {
-        const reply = await this.#watchedRequest(subject, payload, h, options.timeoutMs ?? 30_000, options.silenceMs);
-        return responseCodec.decode(reply.data);
-      }
       let reply: Msg;
-      try {
-        reply = await this.nc.request(subject, payload, { timeout: options.timeoutMs ?? 30_000, headers: h });
-      } catch (error) {
-        throw requestFailure(subject, error, options.timeoutMs ?? 30_000);
+      if (options.silenceMs !== undefined) {
+        reply = await this.#watchedRequest(subject, rpc?.fullName, payload, h, options.timeoutMs ?? 30_000, options.silenceMs);
+      } else {
+        try {
+          reply = await this.nc.request(subject, payload, { timeout: options.timeoutMs ?? 30_000, headers: h });
+        } catch (error) {
+          throw requestFailure(rpc?.fullName, subject, error, options.timeoutMs ?? 30_000);
+        }
+        if (reply.headers?.get(ERROR_HEADER)) throw TackError.fromBusError(BusError.decode(reply.data));
       }
-      if (reply.headers?.get(ERROR_HEADER)) throw TackError.fromBusError(BusError.decode(reply.data));
-      return responseCodec.decode(reply.data);
+      return decodeReply(reply, call.responseCodec, rpc, subject);
     }, { kind: SpanKind.CLIENT });
   }
 
   /** A request over a private inbox that heartbeats keep alive; resolves with the reply message (errors thrown). */
-  async #watchedRequest(subject: string, payload: Uint8Array, h: MsgHdrs, timeoutMs: number, silenceMs: number): Promise<Msg> {
+  async #watchedRequest(subject: string, rpc: string | undefined, payload: Uint8Array, h: MsgHdrs, timeoutMs: number, silenceMs: number): Promise<Msg> {
     const inbox = createInbox(this.inboxPrefix);
     const sub = this.nc.subscribe(inbox, { max: 1_000_000 });
     let silence: NodeJS.Timeout | undefined;
@@ -184,7 +214,7 @@ export class Bus {
       let heard = false;
       for await (const msg of sub) {
         quiet();
-        if (msg.headers?.code === 503) throw noResponders(subject);
+        if (msg.headers?.code === 503) throw noResponders(subject, undefined, rpc);
         if (msg.headers?.get(ALIVE_HEADER)) {
           heard = true;
           continue;
@@ -192,8 +222,8 @@ export class Bus {
         if (msg.headers?.get(ERROR_HEADER)) throw TackError.fromBusError(BusError.decode(msg.data));
         return msg;
       }
-      if (outcome === "silence") throw workerLost(subject, silenceMs, heard);
-      throw new TackError("bus.timeout", `no reply on ${subject} within ${timeoutMs} ms`, { retryable: true, details: { subject } });
+      if (outcome === "silence") throw workerLost(subject, silenceMs, heard, rpc);
+      throw new TackError("bus.timeout", `no reply on ${rpc ? `${rpc} (${subject})` : subject} within ${timeoutMs} ms`, { retryable: true, details: { subject } });
     } finally {
       clearTimeout(silence);
       clearTimeout(deadline);
@@ -202,25 +232,51 @@ export class Bus {
   }
 
   /**
-   * Serves requests on `subject` in queue group `queue`. The handler runs inside a span whose
-   * parent is the caller's trace context; a thrown error becomes a BusError reply.
+   * Serves `rpc` (a generated descriptor; `.at({ ... })` for a parameterised route) on its
+   * subject in its queue group (`options.queue` overrides it). A unary handler returns the
+   * response; a streaming one writes responses with `writer.send`. The handler runs inside a
+   * span whose parent is the caller's trace context; a thrown error becomes a BusError reply,
+   * and a request sent for another rpc is refused with `bus.wrong_rpc` naming both.
    */
-  serve<Req, Res>(
+  serve<Req, Res>(rpc: Rpc<Req, Res, false, string>, handler: (request: Req, context: RequestContext) => Promise<Res>, options?: ServeOptions): Subscription;
+  serve<Req, Res>(rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>, options?: ServeOptions): Subscription;
+  /** @deprecated Pass a generated descriptor instead: `bus.serve(SandboxRpc.Exec, handler)`. */
+  serve<Req, Res>(subject: string, queue: string, requestCodec: Codec<Req>, responseCodec: Codec<Res>, handler: (request: Req, context: RequestContext) => Promise<Res>): Subscription;
+  serve<Req, Res>(...args: unknown[]): Subscription {
+    if (typeof args[0] !== "string") {
+      const rpc = args[0] as Rpc<Req, Res>;
+      const options = (args[2] ?? {}) as ServeOptions;
+      const subject = rpcSubject(this.names.namespace, rpc);
+      const sub = rpc.streaming
+        ? serveStream(this, rpc as Rpc<Req, Res, true, string>, args[1] as (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>, options)
+        : this.#subscribe(subject, options.queue ?? rpc.queue, rpc.requestType, rpc.responseType, args[1] as (request: Req, context: RequestContext) => Promise<Res>, rpc);
+      return sub;
+    }
+    const [subject, queue, requestCodec, responseCodec, handler] = args as [string, string, Codec<Req>, Codec<Res>, (request: Req, context: RequestContext) => Promise<Res>];
+    return this.#subscribe(subject, queue, requestCodec, responseCodec, handler, undefined);
+  }
+
+  /** Remembers a subscription so that `close` ends it (streaming serves register theirs here). */
+  track(sub: Subscription): Subscription {
+    this.#subscriptions.push(sub);
+    return sub;
+  }
+
+  #subscribe<Req, Res>(
     subject: string,
     queue: string,
     requestCodec: Codec<Req>,
     responseCodec: Codec<Res>,
     handler: (request: Req, context: RequestContext) => Promise<Res>,
+    rpc: Rpc<Req, Res> | undefined,
   ): Subscription {
-    const sub = this.nc.subscribe(subject, {
+    return this.track(this.nc.subscribe(subject, {
       queue,
       callback: (err, msg) => {
         if (err) return;
-        void this.#handle(msg, requestCodec, responseCodec, handler);
+        void this.#handle(msg, requestCodec, responseCodec, handler, rpc);
       },
-    });
-    this.#subscriptions.push(sub);
-    return sub;
+    }));
   }
 
   async #handle<Req, Res>(
@@ -228,20 +284,17 @@ export class Bus {
     requestCodec: Codec<Req>,
     responseCodec: Codec<Res>,
     handler: (request: Req, context: RequestContext) => Promise<Res>,
+    rpc: Rpc<Req, Res> | undefined,
   ): Promise<void> {
     const stopBeating = heartbeat(this.nc, msg);
     await inSpan(`handle ${msg.subject}`, { "messaging.destination": msg.subject }, async () => {
       let out: Uint8Array;
       const h = newHeaders();
       try {
-        let request: Req;
-        try {
-          request = requestCodec.decode(msg.data);
-        } catch (error) {
-          throw new TackError("bus.bad_request", `malformed request on ${msg.subject}: ${(error as Error).message}`, { cause: error });
-        }
+        const request = decodeRequest(msg, requestCodec, rpc);
         out = responseCodec.encode(await handler(request, { subject: msg.subject, headers: msg.headers })).finish();
         assertSize(msg.subject, out.length);
+        if (rpc) h.set(RPC_HEADER, rpc.fullName);
       } catch (error) {
         h.set(ERROR_HEADER, "1");
         out = BusError.encode(TackError.from(error).toBusError()).finish();
@@ -264,16 +317,19 @@ export function askForHeartbeats(h: MsgHdrs, silenceMs: number): void {
   h.set(HEARTBEAT_HEADER, String(Math.max(100, Math.min(HEARTBEAT_MS, Math.floor(silenceMs / 3)))));
 }
 
-/** The error of a request nobody subscribed to. */
-export function noResponders(subject: string, cause?: unknown): TackError {
-  return new TackError("bus.no_responders", `no service answers on ${subject}; is it running? (start Tack with \`tack up\`)`, { retryable: true, details: { subject }, cause });
+/** The error of a request nobody subscribed to (`rpc`: the full name of the rpc asked, when known). */
+export function noResponders(subject: string, cause?: unknown, rpc?: string): TackError {
+  return new TackError("bus.no_responders", rpc
+    ? `no service answers ${rpc} on ${subject}; is it running, and does this replica serve that rpc? (start Tack with \`tack up\`)`
+    : `no service answers on ${subject}; is it running? (start Tack with \`tack up\`)`, { retryable: true, details: { subject, ...(rpc ? { rpc } : {}) }, cause });
 }
 
-/** The error of a handler silent for `silenceMs` (`heard`: it had sent heartbeats before). */
-export function workerLost(subject: string, silenceMs: number, heard: boolean): TackError {
+/** The error of a handler silent for `silenceMs` (`heard`: it had sent heartbeats before; `rpc`: the rpc asked, when known). */
+export function workerLost(subject: string, silenceMs: number, heard: boolean, rpc?: string): TackError {
+  const what = rpc ? `${rpc} (${subject})` : subject;
   return new TackError("bus.worker_lost", heard
-    ? `the service handling ${subject} stopped answering (no heartbeat for ${silenceMs} ms): its process died or lost its connection`
-    : `no service took the request on ${subject} within ${silenceMs} ms (none answered, not even a heartbeat)`, { retryable: true, details: { subject } });
+    ? `the service handling ${what} stopped answering (no heartbeat for ${silenceMs} ms): its process died or lost its connection`
+    : `no service took the request on ${what} within ${silenceMs} ms (none answered, not even a heartbeat)`, { retryable: true, details: { subject } });
 }
 
 /**
@@ -323,21 +379,22 @@ function reportPermissionViolations(nc: NatsConnection, name: string, user: stri
   })().catch(() => undefined);
 }
 
-function requestFailure(subject: string, error: unknown, timeoutMs: number): TackError {
+function requestFailure(rpc: string | undefined, subject: string, error: unknown, timeoutMs: number): TackError {
+  const what = rpc ? `${rpc} (${subject})` : subject;
   const e = error as Error & { isNoResponders?: () => boolean; cause?: unknown };
   const name = e?.constructor?.name ?? "";
   const violation = e instanceof PermissionViolationError ? e : e.cause instanceof PermissionViolationError ? e.cause : undefined;
   if (violation) {
-    const what = violation.operation === "publish" ? `publish to ${subject}` : `subscribe to its reply inbox ${violation.subject}, so it cannot ask ${subject}`;
-    return new TackError("bus.forbidden", `this service's NATS user may not ${what} (${violation.message}); the permissions come from packages/config/src/bus-permissions.ts`, {
+    const action = violation.operation === "publish" ? `publish to ${what}` : `subscribe to its reply inbox ${violation.subject}, so it cannot ask ${what}`;
+    return new TackError("bus.forbidden", `this service's NATS user may not ${action} (${violation.message}); the permissions come from packages/config/src/bus-permissions.ts`, {
       details: { subject }, cause: error,
     });
   }
   if (e.isNoResponders?.() || name === "NoRespondersError" || (e.cause as Error | undefined)?.constructor?.name === "NoRespondersError") {
-    return noResponders(subject, error);
+    return noResponders(subject, error, rpc);
   }
   if (name === "TimeoutError" || (e.cause as Error | undefined)?.constructor?.name === "TimeoutError") {
-    return new TackError("bus.timeout", `no reply on ${subject} within ${timeoutMs} ms`, { retryable: true, details: { subject }, cause: error });
+    return new TackError("bus.timeout", `no reply on ${what} within ${timeoutMs} ms`, { retryable: true, details: { subject }, cause: error });
   }
-  return new TackError("bus.request_failed", `request on ${subject} failed: ${e.message}`, { retryable: true, details: { subject }, cause: error });
+  return new TackError("bus.request_failed", `request on ${what} failed: ${e.message}`, { retryable: true, details: { subject }, cause: error });
 }

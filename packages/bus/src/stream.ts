@@ -1,8 +1,10 @@
-import { createInbox, headers as newHeaders, type Msg } from "@nats-io/nats-core";
+import { createInbox, headers as newHeaders, type Msg, type Subscription } from "@nats-io/nats-core";
 import { SpanKind } from "@opentelemetry/api";
 import { BusError } from "@tack/proto";
-import type { Bus, Codec } from "./bus.js";
-import { ALIVE_HEADER, askForHeartbeats, ERROR_HEADER, heartbeat, MAX_BUS_PAYLOAD, noResponders, workerLost } from "./bus.js";
+import type { Bus, Codec, RequestContext, ServeOptions } from "./bus.js";
+import { ALIVE_HEADER, askForHeartbeats, ERROR_HEADER, heartbeat, MAX_BUS_PAYLOAD, noResponders, RPC_HEADER, workerLost } from "./bus.js";
+import { rpcSubject, type Rpc } from "./descriptor.js";
+import { decodeReply, decodeRequest } from "./rpc-checks.js";
 import { TackError } from "./errors.js";
 import { extractTrace, injectTrace, inSpan } from "./trace.js";
 
@@ -12,28 +14,39 @@ export interface StreamWriter<T> {
   send(message: T): void;
 }
 
+/** Options of a streamed request. */
+export interface StreamRequestOptions {
+  /** Fail when no message arrives for this long (default 60 s). */
+  readonly idleTimeoutMs?: number;
+  /** Ask the handler for heartbeats and give up on it after this long without one (`bus.worker_lost`). */
+  readonly silenceMs?: number;
+}
+
 /**
- * Streamed request: publishes `request` with a private reply inbox and passes every reply
- * message to `onMessage` until `isLast` says the stream is over. Fails on no responders,
- * on a BusError reply and when no message arrives for `idleTimeoutMs`. With `silenceMs`, the
- * handler is asked for heartbeats (which count as life but not as messages), and a handler
- * silent for that long fails the stream with `bus.worker_lost` (retryable): it died.
+ * Streamed request for `rpc` (a streaming descriptor such as `LlmRpc.Complete`): publishes
+ * `request` with a private reply inbox and passes every reply message to `onMessage` until
+ * `isLast` says the stream is over. Fails on no responders, on a BusError reply and when no
+ * message arrives for `idleTimeoutMs`. With `silenceMs`, the handler is asked for heartbeats
+ * (which count as life but not as messages), and a handler silent for that long fails the
+ * stream with `bus.worker_lost` (retryable): it died. Errors name the rpc.
  */
-export async function requestStream<Req, Res>(
-  bus: Bus,
-  subject: string,
-  requestCodec: Codec<Req>,
-  request: Req,
-  responseCodec: Codec<Res>,
-  onMessage: (message: Res) => void,
-  isLast: (message: Res) => boolean,
-  options: { idleTimeoutMs?: number; silenceMs?: number } = {},
-): Promise<void> {
+export function requestStream<Req, Res>(bus: Bus, rpc: Rpc<Req, Res, true, string>, request: Req, onMessage: (message: Res) => void, isLast: (message: Res) => boolean, options?: StreamRequestOptions): Promise<void>;
+/** @deprecated Pass a generated descriptor instead: `requestStream(bus, LlmRpc.Complete, request, onMessage, isLast, options)`. */
+export function requestStream<Req, Res>(bus: Bus, subject: string, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, onMessage: (message: Res) => void, isLast: (message: Res) => boolean, options?: StreamRequestOptions): Promise<void>;
+export async function requestStream<Req, Res>(bus: Bus, ...args: unknown[]): Promise<void> {
+  const byRpc = typeof args[0] !== "string";
+  const rpc = byRpc ? args[0] as Rpc<Req, Res, true, string> : undefined;
+  const subject = rpc ? rpcSubject(bus.names.namespace, rpc) : args[0] as string;
+  const requestCodec = rpc ? rpc.requestType : args[1] as Codec<Req>;
+  const request = (rpc ? args[1] : args[2]) as Req;
+  const responseCodec = rpc ? rpc.responseType : args[3] as Codec<Res>;
+  const [onMessage, isLast, options = {}] = (rpc ? args.slice(2) : args.slice(4)) as [(message: Res) => void, (message: Res) => boolean, StreamRequestOptions?];
+  const what = rpc ? `${rpc.fullName} (${subject})` : subject;
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
   const silenceMs = options.silenceMs;
   const payload = requestCodec.encode(request).finish();
   if (payload.length > MAX_BUS_PAYLOAD) {
-    throw new TackError("bus.payload_too_large", `request for ${subject} is ${payload.length} bytes, over the ${MAX_BUS_PAYLOAD}-byte bus limit`);
+    throw new TackError("bus.payload_too_large", `request for ${what} is ${payload.length} bytes, over the ${MAX_BUS_PAYLOAD}-byte bus limit`);
   }
   await inSpan(`request ${subject}`, { "messaging.destination": subject }, async () => {
     // Under the connection's own prefix: a NATS user may subscribe only to its own inboxes.
@@ -58,6 +71,7 @@ export async function requestStream<Req, Res>(
     let timedOut = true;
     try {
       const h = newHeaders();
+      if (rpc) h.set(RPC_HEADER, rpc.fullName);
       injectTrace(h);
       if (silenceMs !== undefined) askForHeartbeats(h, silenceMs);
       bus.nc.publish(subject, payload, { reply: inbox, headers: h });
@@ -72,21 +86,21 @@ export async function requestStream<Req, Res>(
         idle();
         if (msg.headers?.code === 503) {
           timedOut = false;
-          throw noResponders(subject);
+          throw noResponders(subject, undefined, rpc?.fullName);
         }
         if (msg.headers?.get(ERROR_HEADER)) {
           timedOut = false;
           throw TackError.fromBusError(BusError.decode(msg.data));
         }
-        const message = responseCodec.decode(msg.data);
+        const message = decodeReply(msg, responseCodec, rpc, subject);
         onMessage(message);
         if (isLast(message)) {
           timedOut = false;
           break;
         }
       }
-      if (timedOut && silent) throw workerLost(subject, silenceMs!, heard);
-      if (timedOut) throw new TackError("bus.timeout", `no reply on ${subject} for ${idleTimeoutMs} ms`, { retryable: true, details: { subject } });
+      if (timedOut && silent) throw workerLost(subject, silenceMs!, heard, rpc?.fullName);
+      if (timedOut) throw new TackError("bus.timeout", `no reply on ${what} for ${idleTimeoutMs} ms`, { retryable: true, details: { subject } });
     } finally {
       clearTimeout(timer);
       clearTimeout(silence);
@@ -96,33 +110,33 @@ export async function requestStream<Req, Res>(
 }
 
 /**
- * Serves streamed requests on `subject` (queue group `queue`). The handler writes any number
- * of messages with `writer.send`; a thrown error is sent as a final BusError message.
+ * Serves streaming `rpc` on its subject and queue group (`options.queue` overrides it); `bus.serve`
+ * does the same. The handler writes any number of messages with `writer.send`; a thrown error
+ * is sent as a final BusError message.
  */
-export function serveStream<Req, Res>(
-  bus: Bus,
-  subject: string,
-  queue: string,
-  requestCodec: Codec<Req>,
-  responseCodec: Codec<Res>,
-  handler: (request: Req, writer: StreamWriter<Res>) => Promise<void>,
-): void {
+export function serveStream<Req, Res>(bus: Bus, rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>, options?: ServeOptions): Subscription;
+/** @deprecated Pass a generated descriptor instead: `bus.serve(LlmRpc.Complete, handler)`. */
+export function serveStream<Req, Res>(bus: Bus, subject: string, queue: string, requestCodec: Codec<Req>, responseCodec: Codec<Res>, handler: (request: Req, writer: StreamWriter<Res>) => Promise<void>): Subscription;
+export function serveStream<Req, Res>(bus: Bus, ...args: unknown[]): Subscription {
+  const rpc = typeof args[0] === "string" ? undefined : args[0] as Rpc<Req, Res, true, string>;
+  const subject = rpc ? rpcSubject(bus.names.namespace, rpc) : args[0] as string;
+  const queue = rpc ? (args[2] as ServeOptions | undefined)?.queue ?? rpc.queue : args[1] as string;
+  const requestCodec = rpc ? rpc.requestType : args[2] as Codec<Req>;
+  const responseCodec = rpc ? rpc.responseType : args[3] as Codec<Res>;
+  const handler = (rpc ? args[1] : args[4]) as (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>;
   const handle = async (msg: Msg) => {
     const reply = msg.reply;
     const stopBeating = heartbeat(bus.nc, msg);
     await inSpan(`handle ${subject}`, { "messaging.destination": subject }, async () => {
       try {
-        let request: Req;
-        try {
-          request = requestCodec.decode(msg.data);
-        } catch (error) {
-          throw new TackError("bus.bad_request", `malformed request on ${subject}: ${(error as Error).message}`, { cause: error });
-        }
+        const request = decodeRequest(msg, requestCodec, rpc);
+        const h = newHeaders();
+        if (rpc) h.set(RPC_HEADER, rpc.fullName);
         await handler(request, {
           send: (message) => {
-            if (reply) bus.nc.publish(reply, responseCodec.encode(message).finish());
+            if (reply) bus.nc.publish(reply, responseCodec.encode(message).finish(), rpc ? { headers: h } : undefined);
           },
-        });
+        }, { subject: msg.subject, headers: msg.headers });
       } catch (error) {
         const h = newHeaders();
         h.set(ERROR_HEADER, "1");
@@ -132,5 +146,5 @@ export function serveStream<Req, Res>(
     }, { parent: extractTrace(msg.headers), kind: SpanKind.SERVER }).catch(() => undefined);
     stopBeating();
   };
-  bus.nc.subscribe(subject, { queue, callback: (err, msg) => { if (!err) void handle(msg); } });
+  return bus.track(bus.nc.subscribe(subject, { queue, callback: (err, msg) => { if (!err) void handle(msg); } }));
 }

@@ -63,6 +63,22 @@ export interface Names {
   readonly gatewayChanged: string;
   /** Subject the current owner of a session takes approval decisions on. */
   loopSessionDecide(sessionId: string): string;
+  /** Answers to the questions of sessions no process owns (queue group `loop`). */
+  readonly loopAnswer: string;
+  /** Subject the current owner of a session takes answers to its questions on. */
+  loopSessionAnswer(sessionId: string): string;
+  /** Plan decisions of sessions no process owns (queue group `loop`). */
+  readonly loopDecidePlan: string;
+  /** Subject the current owner of a session takes plan decisions on. */
+  loopSessionDecidePlan(sessionId: string): string;
+  /** Plan mode changes of sessions no process owns (queue group `loop`). */
+  readonly loopPlanMode: string;
+  /** Subject the current owner of a session takes plan mode changes on. */
+  loopSessionPlanMode(sessionId: string): string;
+  /** Session mode changes (the tools it has) of sessions no process owns (queue group `loop`). */
+  readonly loopToolsMode: string;
+  /** Subject the current owner of a session takes session mode changes on. */
+  loopSessionToolsMode(sessionId: string): string;
   /** Subject the current owner of a session listens on. */
   loopSessionSubmit(sessionId: string): string;
   /** Log subject of one session. */
@@ -146,6 +162,14 @@ export function names(namespace = "tack"): Names {
     loopSessionCompact: (sessionId) => `${namespace}.loop.session.${sessionId}.compact`,
     gatewayChanged: `${namespace}.gateway.changed`,
     loopSessionDecide: (sessionId) => `${namespace}.loop.session.${sessionId}.decide`,
+    loopAnswer: `${namespace}.loop.answer`,
+    loopSessionAnswer: (sessionId) => `${namespace}.loop.session.${sessionId}.answer`,
+    loopDecidePlan: `${namespace}.loop.decide_plan`,
+    loopSessionDecidePlan: (sessionId) => `${namespace}.loop.session.${sessionId}.decide_plan`,
+    loopPlanMode: `${namespace}.loop.plan_mode`,
+    loopSessionPlanMode: (sessionId) => `${namespace}.loop.session.${sessionId}.plan_mode`,
+    loopToolsMode: `${namespace}.loop.session_mode`,
+    loopSessionToolsMode: (sessionId) => `${namespace}.loop.session.${sessionId}.session_mode`,
     loopSessionSubmit: (sessionId) => `${namespace}.loop.session.${sessionId}.submit`,
     logSubject: (tenant, sessionId) => `${namespace}.log.${tenant}.${sessionId}`,
     logSubjects: `${namespace}.log.>`,
