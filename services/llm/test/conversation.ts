@@ -13,7 +13,7 @@ export const conversation: CompleteRequest = {
     description: "Read a file.",
     parametersJson: '{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}',
     // Harness-only fields: the providers must leave them out of what the model is sent.
-    deniable: ["writes"], operationArgument: "path", handler: "", approval: "",
+    deniable: ["writes"], operationArgument: "path", handler: "", approval: "", hookAliases: ["Read"], pathIsFile: true, writesPath: false, sessionOperation: "",
   }],
   messages: [
     { role: Role.ROLE_USER, content: "What is in README.md?", reasoningContent: "", toolCalls: [], toolCallId: "", images: [] },

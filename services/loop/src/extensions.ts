@@ -33,6 +33,10 @@ export const SKILL_TOOL: ToolSpec = {
   operationArgument: "",
   handler: "skills",
   approval: "",
+  hookAliases: [],
+  pathIsFile: false,
+  writesPath: false,
+  sessionOperation: "",
 };
 
 /** What the extensions need from their session. */
@@ -138,7 +142,7 @@ export class Extensions {
     ]);
     const mcpTools = (mcp?.tools ?? []).map((t): ToolSpec => ({
       name: t.publicName, description: t.description, parametersJson: t.parametersJson, deniable: [], operationArgument: "", handler: "mcp",
-      approval: t.approval === "never" ? "" : "ask",
+      approval: t.approval === "never" ? "" : "ask", hookAliases: [], pathIsFile: false, writesPath: false, sessionOperation: "",
     })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     const mcpWarnings = (mcp?.servers ?? []).flatMap((s) => [
       ...s.warnings.map((message) => ({ server: s.name, message })),
@@ -272,9 +276,9 @@ export async function userSkill(host: Pick<ExtensionsHost, "bus" | "workspace" |
   }, SOURCE, { kind: Surface_Kind.KIND_APPEND, replaceFromSeq: 0, replaceToSeq: 0, sourceSeqs: [], origin: "user" });
 }
 
-/** A write or edit of a file under a `skills` folder: the host path the skills service should re-read at once. */
-export function skillsPathTouched(workspace: string, call: ToolCall): string | undefined {
-  if (call.name !== "write" && call.name !== "edit") return undefined;
+/** A call of a tool that writes its `path` (`writes_path`: write, edit) to a file under a `skills` folder: the host path the skills service should re-read at once. */
+export function skillsPathTouched(workspace: string, call: ToolCall, tool: Pick<ToolSpec, "writesPath"> | undefined): string | undefined {
+  if (!tool?.writesPath) return undefined;
   let path: unknown;
   try {
     path = (JSON.parse(call.arguments) as { path?: unknown }).path;

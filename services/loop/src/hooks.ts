@@ -8,6 +8,7 @@ import { WORKSPACE } from "@tack/config";
 import { draft, type Draft } from "@tack/log";
 import {
   CallToolResponse, ReadHooksConfigRequest, ReadHooksConfigResponse, RunHookRequest, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type ToolCall,
+  type ToolSpec,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { LinearRegExp } from "@tack/linear-regex";
@@ -19,12 +20,11 @@ export const HOOK_EVENTS = ["SessionStart", "UserPromptSubmit", "PreToolUse", "P
 /** One of HOOK_EVENTS. */
 export type HookEvent = (typeof HOOK_EVENTS)[number];
 
-/** Claude Code's tool names and the Tack tool each stands for (undefined: Tack has none, e.g. Task). */
-export const CLAUDE_TOOL_NAMES: Readonly<Record<string, string | undefined>> = {
-  Bash: "bash", Read: "read", Write: "write", Edit: "edit", MultiEdit: "edit", Glob: "glob", Grep: "grep", WebFetch: "web_fetch",
-  WebSearch: "web_search", TodoWrite: "todo_write", AskUserQuestion: "ask_user_question", ExitPlanMode: "exit_plan_mode",
-  BashOutput: "job_output", KillShell: "job_kill", Task: undefined, NotebookEdit: undefined, LS: undefined,
-};
+/** Claude Code's tools that no Tack tool stands for: a matcher that matches only these is named in the warning. */
+export const CLAUDE_ONLY_TOOLS: readonly string[] = ["Task", "NotebookEdit", "LS"];
+
+/** What hooks need of a tool: its name and the Claude Code names the tools service gives it (`hook_aliases`). */
+export type HookTool = Pick<ToolSpec, "name" | "hookAliases">;
 
 /** The timeout of a hook that gives none, as in Claude Code. */
 export const DEFAULT_HOOK_TIMEOUT_S = 60;
@@ -83,10 +83,10 @@ export interface HooksFileText {
 
 /**
  * The hooks of `files` (in order): bad JSON, an unknown event, an entry that is not a command
- * hook, a bad matcher regex, a matcher that can match no tool of `toolNames` (after mapping
- * Claude Code's names), a timeout cut to the maximum — each is one warning naming the file; the rest is used.
+ * hook, a bad matcher regex, a matcher that can match no tool of `tools` (by its name or a
+ * Claude Code name of it), a timeout cut to the maximum — each is one warning naming the file; the rest is used.
  */
-export function parseHooks(files: readonly HooksFileText[], toolNames: readonly string[]): LoadedHooks {
+export function parseHooks(files: readonly HooksFileText[], tools: readonly HookTool[]): LoadedHooks {
   const hooks: HookSpec[] = [];
   const warnings: { source: string; message: string }[] = [];
   for (const file of files) {
@@ -128,7 +128,7 @@ export function parseHooks(files: readonly HooksFileText[], toolNames: readonly 
           return;
         }
         const matcher = group.data.matcher ?? "";
-        const problem = matcherProblem(event as HookEvent, matcher, toolNames);
+        const problem = matcherProblem(event as HookEvent, matcher, tools);
         if (problem) {
           warn(`${where} matcher ${JSON.stringify(matcher)} ${problem}; its hooks are not used`);
           return;
@@ -156,7 +156,7 @@ export function parseHooks(files: readonly HooksFileText[], toolNames: readonly 
 }
 
 /** Why `matcher` cannot be used for `event`, or undefined when it can match something. */
-function matcherProblem(event: HookEvent, matcher: string, toolNames: readonly string[]): string | undefined {
+function matcherProblem(event: HookEvent, matcher: string, tools: readonly HookTool[]): string | undefined {
   let test: (name: string) => boolean;
   try {
     test = matcherTest(matcher);
@@ -165,10 +165,10 @@ function matcherProblem(event: HookEvent, matcher: string, toolNames: readonly s
   }
   if (event === "PreToolUse" || event === "PostToolUse") {
     if (matcher.includes("mcp__")) return undefined; // MCP tools may come and go with their servers
-    if (toolNames.some((tool) => namesOf(tool).some(test))) return undefined;
-    const unmapped = Object.entries(CLAUDE_TOOL_NAMES).filter(([name, tool]) => tool === undefined && test(name)).map(([name]) => name);
+    if (tools.some((tool) => namesOf(tool).some(test))) return undefined;
+    const unmapped = CLAUDE_ONLY_TOOLS.filter((name) => test(name));
     const why = unmapped.length > 0 ? ` (${unmapped.join(", ")} has no counterpart in Tack)` : "";
-    return `matches no tool of this session${why}; Claude Code names are mapped (${mappedList()}) and Tack's own names match too (${toolNames.join(", ")})`;
+    return `matches no tool of this session${why}; Claude Code names are mapped (${mappedList(tools)}) and Tack's own names match too (${tools.map((t) => t.name).join(", ")})`;
   }
   if (event === "SessionStart" && !test(SESSION_START_SOURCE)) {
     return `does not match "${SESSION_START_SOURCE}", the only way a Tack session starts (Tack has no resume, clear or compact start)`;
@@ -176,8 +176,9 @@ function matcherProblem(event: HookEvent, matcher: string, toolNames: readonly s
   return undefined;
 }
 
-function mappedList(): string {
-  return Object.entries(CLAUDE_TOOL_NAMES).filter(([, tool]) => tool !== undefined).map(([name, tool]) => `${name}→${tool}`).join(", ");
+/** The Claude Code names of `tools`, each with the tool it stands for, in the order the tools are listed. */
+function mappedList(tools: readonly HookTool[]): string {
+  return tools.flatMap((tool) => tool.hookAliases.map((alias) => `${alias}→${tool.name}`)).join(", ");
 }
 
 /**
@@ -196,14 +197,14 @@ export function matcherTest(matcher: string): (name: string) => boolean {
   return (name) => regex.test(name);
 }
 
-/** The names a Tack tool answers to in a matcher: its own and every Claude Code name mapped to it. */
-function namesOf(tool: string): string[] {
-  return [tool, ...Object.entries(CLAUDE_TOOL_NAMES).filter(([, t]) => t === tool).map(([name]) => name)];
+/** The names a Tack tool answers to in a matcher: its own and every Claude Code name the tools service gives it. */
+function namesOf(tool: HookTool): string[] {
+  return [tool.name, ...tool.hookAliases];
 }
 
-/** The name a hook's input gives a Tack tool: the first Claude Code name mapped to it, else its own. */
-export function claudeToolName(tool: string): string {
-  return Object.entries(CLAUDE_TOOL_NAMES).find(([, t]) => t === tool)?.[0] ?? tool;
+/** The name a hook's input gives a Tack tool: its first Claude Code name, else its own. */
+export function claudeToolName(tool: HookTool): string {
+  return tool.hookAliases[0] ?? tool.name;
 }
 
 /** How one hook ended, as Claude Code reads it. */
@@ -303,8 +304,8 @@ export interface HooksHost {
   readonly events: readonly Event[];
   readonly append: (...drafts: Draft[]) => Promise<Event[]>;
   readonly log: Logger;
-  /** Names of the session's tools as the tools service lists them (matchers are checked against them). */
-  readonly toolNames: () => Promise<readonly string[]>;
+  /** The session's tools as the tools service lists them (matchers are checked against their names and Claude Code names). */
+  readonly tools: () => Promise<readonly HookTool[]>;
 }
 
 /** What reading the hooks files needs from the session (no log writes: a read at session creation logs nothing). */
@@ -343,6 +344,8 @@ export class Hooks {
   #files: Promise<readonly HooksFileText[]> | undefined;
   /** This turn's hooks: the snapshot checked against the session's tools (warnings logged once). */
   #loaded: Promise<readonly HookSpec[]> | undefined;
+  /** The session's tools by name, as this turn's hooks were checked against them: what a call's name matches and is shown as. */
+  #tools: ReadonlyMap<string, HookTool> = new Map();
   /** Invocations started by this runtime, on top of those in the log when it started. */
   #invocations: number | undefined;
   /** Set by a hook's `"continue": false`: the turn ends at its next step boundary. */
@@ -435,7 +438,7 @@ export class Hooks {
     if (plan.kind === "refuse") return plan;
     const hooks = await this.#hooksFor(host, turn);
     if (!hooks.some((h) => h.event === "PreToolUse")) return plan;
-    const ran = await this.#runAll(host, hooks, "PreToolUse", call.name, toolInput(call), call.id);
+    const ran = await this.#runAll(host, hooks, "PreToolUse", call.name, this.#toolInput(call), call.id);
     const stop = ran.find((r) => r.outcome.decision === "stop");
     if (stop) return { kind: "refuse", content: HOOK_TEXT.stopped(stop.hook.source, stop.outcome.reason) };
     const blocks = ran.filter((r) => r.outcome.decision === "block");
@@ -456,7 +459,7 @@ export class Hooks {
     if (result.isError) return result;
     const hooks = await this.#hooksFor(host, turn);
     if (!hooks.some((h) => h.event === "PostToolUse")) return result;
-    const ran = await this.#runAll(host, hooks, "PostToolUse", call.name, { ...toolInput(call), tool_response: { content: result.content, is_error: result.isError } }, call.id);
+    const ran = await this.#runAll(host, hooks, "PostToolUse", call.name, { ...this.#toolInput(call), tool_response: { content: result.content, is_error: result.isError } }, call.id);
     const notes = ran.flatMap((r) => [
       ...(r.outcome.decision === "block" ? [HOOK_TEXT.feedback(r.hook.source, r.outcome.reason)] : []),
       ...(r.outcome.context ? [HOOK_TEXT.feedback(r.hook.source, capContext(r.outcome.context))] : []),
@@ -481,6 +484,16 @@ export class Hooks {
     return true;
   }
 
+  /** Tool `name` as the session's list gives it; a tool not listed (an MCP tool) answers to its own name only. */
+  #tool(name: string): HookTool {
+    return this.#tools.get(name) ?? { name, hookAliases: [] };
+  }
+
+  /** `tool_name`, `tool_input` and `tool_use_id` of a call as a Claude Code hook reads them (`path` is also given as `file_path`). */
+  #toolInput(call: ToolCall): Record<string, unknown> {
+    return toolInput(call, claudeToolName(this.#tool(call.name)));
+  }
+
   async #hooksFor(host: HooksHost, turn: number): Promise<readonly HookSpec[]> {
     this.prefetch(host, turn);
     return this.#loaded!;
@@ -503,7 +516,9 @@ export class Hooks {
     this.snapshot(host);
     const files = await this.#files!;
     if (files.length === 0) return [];
-    const loaded = parseHooks(files, await host.toolNames());
+    const tools = await host.tools();
+    this.#tools = new Map(tools.map((t) => [t.name, t]));
+    const loaded = parseHooks(files, tools);
     const warned = new Set(host.events.flatMap((e) => (e.payload?.$case === "hookWarning" ? [`${e.payload.value.source}\n${e.payload.value.message}`] : [])));
     const fresh = loaded.warnings.filter((w) => !warned.has(`${w.source}\n${w.message}`));
     if (fresh.length > 0) await host.append(...fresh.map((w) => draft("hookWarning", w, SOURCE)));
@@ -516,7 +531,7 @@ export class Hooks {
     const chosen = hooks.filter((h) => {
       if (h.event !== event || seen.has(h.command)) return false;
       const test = matcherTest(h.matcher);
-      const fits = event === "PreToolUse" || event === "PostToolUse" ? namesOf(subject).some(test) : event === "SessionStart" ? test(subject) : true;
+      const fits = event === "PreToolUse" || event === "PostToolUse" ? namesOf(this.#tool(subject)).some(test) : event === "SessionStart" ? test(subject) : true;
       if (fits) seen.add(h.command);
       return fits;
     });
@@ -557,8 +572,8 @@ export class Hooks {
   }
 }
 
-/** `tool_name`, `tool_input` and `tool_use_id` of a call as a Claude Code hook reads them (`path` is also given as `file_path`). */
-function toolInput(call: ToolCall): Record<string, unknown> {
+/** A call's hook input, the tool named `toolName`. */
+function toolInput(call: ToolCall, toolName: string): Record<string, unknown> {
   let args: unknown;
   try {
     args = JSON.parse(call.arguments);
@@ -567,7 +582,7 @@ function toolInput(call: ToolCall): Record<string, unknown> {
   }
   const input: Record<string, unknown> = isObject(args) ? { ...args } : {};
   if (typeof input.path === "string" && input.file_path === undefined) input.file_path = input.path;
-  return { tool_name: claudeToolName(call.name), tool_input: input, tool_use_id: call.id };
+  return { tool_name: toolName, tool_input: input, tool_use_id: call.id };
 }
 
 function capContext(text: string): string {

@@ -16,8 +16,6 @@ const MAX_DIRS = 64;
 const SOURCE = "loop";
 /** Arguments of a tool call that name a file or folder in the workspace (read/write/edit/glob/grep/lsp `path`, bash `workdir`). */
 const PATH_ARGUMENTS = ["path", "workdir"] as const;
-/** Tools whose `path` is always a file: only the folders above it count (a glob or grep path, a workdir, may be a folder itself). */
-const FILE_TOOLS = new Set(["read", "write", "edit", "lsp", "editor"]);
 
 /** One rules file as found, before dedupe and cap: its head, whole size and whole-file hash, or why it could not be read. */
 export interface RulesSource {
@@ -97,10 +95,15 @@ export function sameRules(a: readonly RulesFile[], b: readonly RulesFile[]): boo
 
 /**
  * The workspace folders whose rules files apply: the root, and every folder on the way to a path
- * a tool call of the log named (the path itself too unless the tool takes only files).
+ * a tool call of the log named (the path itself too unless the tool takes only files: `path_is_file`
+ * in the tools the log's request headers list; a glob or grep path, a workdir, may be a folder itself).
  * Root first, then by depth and name; at most 64.
  */
 export function touchedDirs(events: readonly Event[]): string[] {
+  const fileTools = new Set<string>();
+  for (const e of events) {
+    if (e.payload?.$case === "requestHeader") for (const tool of e.payload.value.tools) if (tool.pathIsFile) fileTools.add(tool.name);
+  }
   const dirs = new Set<string>(["."]);
   const add = (tool: string, args: string) => {
     let parsed: unknown;
@@ -116,7 +119,7 @@ export function touchedDirs(events: readonly Event[]): string[] {
       const absolute = posix.resolve(WORKSPACE, value);
       if (!absolute.startsWith(`${WORKSPACE}/`)) continue;
       const named = posix.relative(WORKSPACE, absolute);
-      const first = key === "path" && FILE_TOOLS.has(tool) ? posix.dirname(named) : named;
+      const first = key === "path" && fileTools.has(tool) ? posix.dirname(named) : named;
       for (let dir = first; dir !== "." && dir !== ""; dir = posix.dirname(dir)) dirs.add(dir);
     }
   };

@@ -116,27 +116,30 @@ export interface SessionToolDeps {
 }
 
 /**
- * Carries out `call` of a session tool (`tool` its ToolSpec): arguments validated against the
- * tool's own schema, then the session changed. Each is idempotent by call id, so crash
+ * Carries out `call` of a session tool (`tool` its ToolSpec, whose `session_operation` says what
+ * to do): arguments validated against the tool's own schema, then the session changed. Each is idempotent by call id, so crash
  * recovery simply runs an unanswered one again: a task list or question already logged is
  * not logged twice, and a question or plan already asked waits again from when it was asked.
  */
 export async function runSessionTool(deps: SessionToolDeps, call: ToolCall, tool: ToolSpec, turn: number, step: number): Promise<{ content: string; isError: boolean }> {
   const parsed = parseArguments(call, tool);
   if (typeof parsed === "string") return { content: parsed, isError: true };
-  switch (call.name) {
-    case "todo_write":
+  switch (tool.sessionOperation) {
+    case "todos":
       return todoWrite(deps, call, parsed as { todos: TodoItem[] }, turn, step);
-    case "ask_user_question":
+    case "question":
       return askQuestions(deps, call, parsed as { questions: Array<Omit<Question, "multiSelect"> & { multi_select: boolean }> }, turn, step);
-    case "exit_plan_mode":
+    case "plan":
       return submitPlan(deps, call, (parsed as { plan: string }).plan, turn, step);
-    case "session_search": {
+    case "search": {
       const { query, regex, limit } = parsed as { query: string; regex: boolean; limit: number };
       return searchLog(deps.events, { query, regex, limit, exceptCall: call.id });
     }
     default:
-      return { content: `Not run: ${call.name} is declared as a session tool, but this loop does not know how to carry it out; it needs a newer loop.`, isError: true };
+      return {
+        content: `Not run: ${call.name} is declared as a session tool with operation ${JSON.stringify(tool.sessionOperation)}, which this loop does not carry out (it knows todos, question, plan and search); the loop and the tools service must run the same version.`,
+        isError: true,
+      };
   }
 }
 

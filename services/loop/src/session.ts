@@ -643,7 +643,7 @@ export class SessionRuntime {
   }
 
   #hooksHost(turn: number): HooksHost {
-    return { ...this.#rulesHost(), toolNames: async () => (await this.#toolSpecs(sessionModeOf(this.events), turn, 1)).map((t) => t.name) };
+    return { ...this.#rulesHost(), tools: () => this.#toolSpecs(sessionModeOf(this.events), turn, 1) };
   }
 
   #rulesHost(): RulesHost {
@@ -766,7 +766,7 @@ export class SessionRuntime {
         result = await slot(() => (byMcp ? callMcpTool(this.#extensionsHost(), call, turn, step) : this.#dispatch(call, mode, turn, step)));
         if (note) result = { ...result, content: `${note}\n${result.content}` };
         // A skill written or edited: the skills service reads it again now, so the next step's catalog has it.
-        const skillPath = result.isError ? undefined : skillsPathTouched(this.meta!.workspace, call);
+        const skillPath = result.isError ? undefined : skillsPathTouched(this.meta!.workspace, call, toolsByName(this.projection.header?.tools ?? []).get(call.name));
         if (skillPath) await this.#invalidateSkills(skillPath);
       }
       if (plan.kind !== "refuse") result = await this.#hooks.postToolUse(this.#hooksHost(turn), call, result, turn);

@@ -13,7 +13,7 @@ describe("hooks: matcher budget", () => {
 
   it("parseHooks - a matcher with a lookahead is refused, naming it", () => {
     const text = JSON.stringify({ hooks: { PreToolUse: [{ matcher: "^(?=Bash)B", hooks: [{ type: "command", command: "x.sh" }] }] } });
-    const loaded = parseHooks([{ source: ".claude/settings.json", text, error: "" }], ["bash"]);
+    const loaded = parseHooks([{ source: ".claude/settings.json", text, error: "" }], [{ name: "bash", hookAliases: ["Bash"] }]);
     expect(loaded.hooks).toEqual([]);
     expect(loaded.warnings[0]!.message).toContain('matcher "^(?=Bash)B" is not a valid regular expression (uses a lookahead (`(?=`): patterns here run on a linear-time engine (RE2)');
   });

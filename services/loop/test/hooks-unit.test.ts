@@ -6,10 +6,13 @@ import type { Bus } from "@tack/bus";
 import { deriveRequest, draft, hookContextText, materialize, now, type Draft } from "@tack/log";
 import { CallToolResponse, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type RunHookRequest, type ToolCall } from "@tack/proto";
 import { logger } from "@tack/telemetry";
+import { listTools } from "@tack/tools-service";
 import { HOOK_TEXT, Hooks, interpret, matcherTest, parseHooks, type HookRequests, type HooksHost } from "../src/hooks.js";
 import type { CallPlan } from "../src/approvals.js";
 
-const TOOLS = ["read", "write", "edit", "glob", "grep", "bash", "todo_write", "web_fetch", "web_search"];
+// The session's tools as the tools service lists them: their Claude Code names (hook_aliases) come from there.
+const NAMES = ["read", "write", "edit", "glob", "grep", "bash", "todo_write", "web_fetch", "web_search"];
+const TOOLS = listTools("standard").filter((t) => NAMES.includes(t.name));
 const file = (source: string, hooks: unknown) => ({ source, text: JSON.stringify({ hooks }), error: "" });
 const cmd = (command: string, timeout?: number) => ({ type: "command", command, ...(timeout === undefined ? {} : { timeout }) });
 const reply = (fields: Partial<RunHookResponse>) => RunHookResponse.fromPartial({ exitCode: 0, durationMs: 1, ...fields });
@@ -44,7 +47,7 @@ class FakeSession {
       this.events.push(e);
       return e;
     }),
-    toolNames: async () => TOOLS,
+    tools: async () => TOOLS,
   };
 
   constructor(settings?: unknown) {
@@ -110,7 +113,7 @@ describe("hooks: config", () => {
     expect(messages.slice(1)).toEqual([
       "user:~/.claude/settings.json | hooks file user:~/.claude/settings.json: could not be read on the loop's host (EACCES); its hooks are not used (fix or remove it)",
       expect.stringMatching(/^\.claude\/settings\.json \| hooks file \.claude\/settings\.json: hooks\.PreToolUse\[1\] matcher "bash\(" is not a valid regular expression \(.*\); fix it or use names joined by \|, e\.g\. "Bash\|Edit"; its hooks are not used$/),
-      expect.stringContaining('hooks.PreToolUse[2] matcher "Task" matches no tool of this session (Task has no counterpart in Tack); Claude Code names are mapped (Bash→bash, Read→read,'),
+      expect.stringContaining('hooks.PreToolUse[2] matcher "Task" matches no tool of this session (Task has no counterpart in Tack); Claude Code names are mapped (Read→read, Write→write, Edit→edit, MultiEdit→edit, Glob→glob, Grep→grep, Bash→bash,'),
       expect.stringContaining('hooks.PreToolUse[3] matcher "Notebook.*" matches no tool of this session (NotebookEdit has no counterpart in Tack)'),
       '.claude/settings.json | hooks file .claude/settings.json: hooks.PreToolUse[5].hooks[0] has type "prompt"; Tack runs only "command" hooks, so it is not used',
       ".claude/settings.json | hooks file .claude/settings.json: hooks.PreToolUse[5].hooks[1] timeout 900 s is more than the 600 s a hook may run; it runs with 600 s",

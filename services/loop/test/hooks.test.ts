@@ -4,12 +4,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { draft, materialize, now, type Draft } from "@tack/log";
 import { CallToolResponse, Surface_Kind, type Event } from "@tack/proto";
 import { logger } from "@tack/telemetry";
+import { listTools } from "@tack/tools-service";
 import { Hooks, type HooksHost } from "../src/hooks.js";
 import { ToolsOverBus } from "../../tools/test/support/over-bus.js";
 
 // The hooks module against the real tools and sandbox services (NATS JetStream, Docker): the
 // workspace's settings are read and its hook scripts run inside the session's container.
-const TOOLS = ["read", "write", "edit", "bash"];
+const TOOLS = listTools("standard").filter((t) => ["read", "write", "edit", "bash"].includes(t.name));
 let s: ToolsOverBus;
 let events: Event[];
 let host: HooksHost;
@@ -18,7 +19,7 @@ beforeAll(async () => {
   s = await ToolsOverBus.start({ mode: "standard", sessionId: "hk1" });
   events = [];
   host = {
-    bus: s.bus, sessionId: "hk1", tenant: "t1", workspace: s.workspace, events, log: logger("hooks-test"), toolNames: async () => TOOLS,
+    bus: s.bus, sessionId: "hk1", tenant: "t1", workspace: s.workspace, events, log: logger("hooks-test"), tools: async () => TOOLS,
     append: async (...drafts: Draft[]) => drafts.map((d) => {
       const e = materialize(d, events.length + 1, now());
       events.push(e);

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { Event } from "@tack/proto";
+import { listTools } from "@tack/tools-service";
 import { buildRules, operatorRulesPaths, sameRules, touchedDirs, type RulesSource } from "../src/rules.js";
 
 const sha = (data: string | Uint8Array) => createHash("sha256").update(data).digest("hex");
@@ -69,6 +70,8 @@ describe("rules: dedupe, cap, labels", () => {
   it("touchedDirs - the root, then each folder on the way to a path a call named; paths outside /workspace are ignored", () => {
     expect(touchedDirs([])).toEqual(["."]);
     expect(touchedDirs([
+      // The tools as the tools service lists them: which take only files (path_is_file) comes from there.
+      Event.fromPartial({ seq: 1, payload: { $case: "requestHeader", value: { tools: listTools("standard") } } }),
       call("read", { path: "src/api/handler.ts" }),
       call("bash", { command: "ls", workdir: "/workspace/pkg" }),
       call("glob", { pattern: "*", path: "/etc" }),
@@ -79,6 +82,13 @@ describe("rules: dedupe, cap, labels", () => {
       Event.fromPartial({ seq: 3, payload: { $case: "assistantMessage", value: { toolCalls: [{ id: "b", name: "read", arguments: "{not json" }] } } }),
       call("grep", { pattern: "x", path: "test/unit" }),
     ])).toEqual([".", "docs", "lib", "pkg", "src", "test", "src/api", "test/unit"]);
+  });
+
+  it("touchedDirs - a tool no logged header marks path_is_file may name a folder: its path counts as one", () => {
+    const calls = [call("read", { path: "src/a.ts" }), call("grep", { pattern: "x", path: "lib/util" })];
+    expect(touchedDirs(calls)).toEqual([".", "lib", "src", "lib/util", "src/a.ts"]);
+    const header = Event.fromPartial({ seq: 1, payload: { $case: "requestHeader", value: { tools: [{ name: "read", pathIsFile: true }, { name: "grep" }] } } });
+    expect(touchedDirs([header, ...calls])).toEqual([".", "lib", "src", "lib/util"]);
   });
 
   it("operatorRulesPaths - TACK_RULES_FILES is colon-separated and optional", () => {

@@ -221,6 +221,7 @@ function toolSpec(tool: Tool): ToolSpec {
   return {
     name: tool.name, description: tool.description, parametersJson: JSON.stringify(stable(schema)),
     deniable: [...(tool.deniable ?? [])], operationArgument: tool.operation ?? "", handler: tool.handler ?? "", approval: "",
+    hookAliases: [...(tool.hookAliases ?? [])], pathIsFile: tool.pathIsFile ?? false, writesPath: tool.writesPath ?? false, sessionOperation: tool.sessionOperation ?? "",
   };
 }
 

@@ -54,6 +54,14 @@ export interface Tool<S extends z.ZodType = z.ZodType> {
    * the tools service anyway (e.g. from a run_code program).
    */
   readonly handler?: "session";
+  /** With `handler: "session"`: what the loop does for a call (`todos`, `question`, `plan`, `search`), so that the loop never goes by the tool's name. */
+  readonly sessionOperation?: "todos" | "question" | "plan" | "search";
+  /** Claude Code's names for this tool, which a hook matcher may use; the first is the name a hook's input gives it. */
+  readonly hookAliases?: readonly string[];
+  /** Its `path` argument always names a file (rules files are looked for only in the folders above it). */
+  readonly pathIsFile?: boolean;
+  /** A call that succeeds writes the file its `path` argument names. */
+  readonly writesPath?: boolean;
   execute(args: z.output<S>, ctx: ToolContext): Promise<string>;
 }
 

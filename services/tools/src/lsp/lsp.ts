@@ -33,6 +33,7 @@ interface Symbol { depth: number; name: string; kind: string; line: number }
 /** lsp: hover, definition, references and document symbols from a language server kept running in the sandbox. */
 export const lsp = defineTool({
   name: "lsp",
+  pathIsFile: true,
   description: readFileSync(new URL("./lsp.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     operation: z.enum(["hover", "definition", "references", "document_symbols"]).describe("hover: type and docs; definition: where the symbol is declared; references: every use; document_symbols: outline of the file"),

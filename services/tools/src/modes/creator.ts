@@ -79,6 +79,7 @@ export function definitionOf(argumentsJson: string): DefinedTool {
 export function definedSpecs(defined: DefinedTools | undefined): ToolSpec[] {
   return latest(defined).map((d) => ({
     name: d.name, description: d.description, parametersJson: d.parametersJson, deniable: ["writes", "network"], operationArgument: "", handler: "", approval: "",
+    hookAliases: [], pathIsFile: false, writesPath: false, sessionOperation: "",
   }));
 }
 

@@ -16,6 +16,7 @@ const MAX_LISTED = 500;
  */
 export const editor = defineTool({
   name: "editor",
+  pathIsFile: true,
   deniable: ["writes"],
   description: readFileSync(new URL("./editor.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({

@@ -6,6 +6,8 @@ import { carriedOutBySession } from "./session.js";
 /** ask_user_question: the loop logs `question/asked` and waits (durably) for a person's answers, which are the result. */
 export const ask_user_question = defineTool({
   name: "ask_user_question",
+  hookAliases: ["AskUserQuestion"],
+  sessionOperation: "question",
   description: readFileSync(new URL("./ask_user_question.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     questions: z.array(z.strictObject({

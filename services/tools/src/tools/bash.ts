@@ -28,6 +28,7 @@ const DENIAL_SIGNS: Record<Denied, RegExp> = {
  */
 export const bash = defineTool({
   name: "bash",
+  hookAliases: ["Bash"],
   description: readFileSync(new URL("./bash.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     command: argvString("The command to run"),

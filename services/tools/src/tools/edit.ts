@@ -12,6 +12,9 @@ import { argvString, readForEdit, requireWritable, writeWholeFile } from "./file
  */
 export const edit = defineTool({
   name: "edit",
+  hookAliases: ["Edit", "MultiEdit"],
+  pathIsFile: true,
+  writesPath: true,
   description: readFileSync(new URL("./edit.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     path: argvString("File path, relative to /workspace or absolute"),

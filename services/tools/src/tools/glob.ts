@@ -9,6 +9,7 @@ const MAX_RESULTS = 100;
 /** glob: file paths matching a glob, sorted, at most 100. */
 export const glob = defineTool({
   name: "glob",
+  hookAliases: ["Glob"],
   description: readFileSync(new URL("./glob.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     pattern: argvString("Glob, e.g. `**/*.ts` or `src/**/test_*.py`"),

@@ -11,6 +11,7 @@ const MAX_COLUMNS = 500;
 /** grep: lines matching a regular expression, as `path:line:text`, at most 250. */
 export const grep = defineTool({
   name: "grep",
+  hookAliases: ["Grep"],
   description: readFileSync(new URL("./grep.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     pattern: argvString("Regular expression (Rust regex syntax)"),

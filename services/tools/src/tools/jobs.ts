@@ -152,6 +152,7 @@ export const job_list = defineTool({
 
 export const job_output = defineTool({
   name: "job_output",
+  hookAliases: ["BashOutput"],
   description: readFileSync(new URL("./job_output.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     id: jobId(),
@@ -175,6 +176,7 @@ export const job_output = defineTool({
 
 export const job_kill = defineTool({
   name: "job_kill",
+  hookAliases: ["KillShell"],
   description: readFileSync(new URL("./job_kill.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({ id: jobId() }),
   async execute({ id }, ctx) {

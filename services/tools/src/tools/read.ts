@@ -50,6 +50,8 @@ END { print NR }' < "$1"`;
  */
 export const read = defineTool({
   name: "read",
+  hookAliases: ["Read"],
+  pathIsFile: true,
   description: readFileSync(new URL("./read.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     path: argvString("File path, relative to /workspace or absolute"),

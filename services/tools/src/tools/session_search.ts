@@ -6,6 +6,7 @@ import { carriedOutBySession } from "./session.js";
 /** session_search: the loop searches the session's own log, compacted-away parts included. */
 export const session_search = defineTool({
   name: "session_search",
+  sessionOperation: "search",
   description: readFileSync(new URL("./session_search.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     query: z.string().min(1).max(500).describe("Text to find, case-insensitive"),

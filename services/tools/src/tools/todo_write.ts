@@ -6,6 +6,8 @@ import { carriedOutBySession } from "./session.js";
 /** todo_write: replaces the session's task list; the loop logs it (`todo/updated`) and the API shows it. */
 export const todo_write = defineTool({
   name: "todo_write",
+  hookAliases: ["TodoWrite"],
+  sessionOperation: "todos",
   description: readFileSync(new URL("./todo_write.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     todos: z.array(z.strictObject({

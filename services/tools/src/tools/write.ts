@@ -7,6 +7,9 @@ import { argvString, requireWritable, writeWholeFile } from "./files.js";
 /** write: creates or overwrites a file with the given content; denied before running in read-only mode. */
 export const write = defineTool({
   name: "write",
+  hookAliases: ["Write"],
+  pathIsFile: true,
+  writesPath: true,
   description: readFileSync(new URL("./write.txt", import.meta.url), "utf8").trim(),
   parameters: z.strictObject({
     path: argvString("File path, relative to /workspace or absolute"),

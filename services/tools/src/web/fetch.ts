@@ -67,6 +67,7 @@ export function createWebFetch(options: WebFetchOptions = {}): Tool<typeof param
   };
   return defineTool({
     name: "web_fetch",
+    hookAliases: ["WebFetch"],
     description: readFileSync(new URL("./web_fetch.txt", import.meta.url), "utf8").trim(),
     parameters,
     async execute({ url, format }, ctx) {

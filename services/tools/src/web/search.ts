@@ -64,6 +64,7 @@ export function createWebSearch(options: WebSearchOptions = {}): WebSearchTool {
   const maxChars = options.maxResultChars ?? 8_000;
   const tool = defineTool({
     name: "web_search",
+    hookAliases: ["WebSearch"],
     description: readFileSync(new URL("./web_search.txt", import.meta.url), "utf8").trim(),
     parameters,
     async execute(args, ctx) {

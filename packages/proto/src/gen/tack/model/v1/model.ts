@@ -97,6 +97,14 @@ export interface ToolSpec {
   handler: string;
   /** `ask`: a person must allow each call through the approval flow (an MCP tool whose approval is `ask`); empty: no per-call approval. */
   approval: string;
+  /** Claude Code's names for the tool, which a hook matcher may use (bash: `Bash`); the first is the name a hook's input gives it. Empty: its own name only. */
+  hookAliases: string[];
+  /** Its `path` argument always names a file (read, write, edit, lsp): only the folders above it are searched for rules files, never the path itself. */
+  pathIsFile: boolean;
+  /** A call that succeeds writes the file its `path` argument names (write, edit): the loop tells the skills service when that file is under a `skills` folder. */
+  writesPath: boolean;
+  /** What the loop does for a call of a session tool (handler `session`): `todos`, `question`, `plan` or `search`; empty for other tools. */
+  sessionOperation: string;
 }
 
 /** ToolCall is one call the model asked for. */
@@ -154,6 +162,10 @@ function createBaseToolSpec(): ToolSpec {
     operationArgument: "",
     handler: "",
     approval: "",
+    hookAliases: [],
+    pathIsFile: false,
+    writesPath: false,
+    sessionOperation: "",
   };
 }
 
@@ -179,6 +191,18 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     }
     if (message.approval !== "") {
       writer.uint32(58).string(message.approval);
+    }
+    for (const v of message.hookAliases) {
+      writer.uint32(66).string(v!);
+    }
+    if (message.pathIsFile !== false) {
+      writer.uint32(72).bool(message.pathIsFile);
+    }
+    if (message.writesPath !== false) {
+      writer.uint32(80).bool(message.writesPath);
+    }
+    if (message.sessionOperation !== "") {
+      writer.uint32(90).string(message.sessionOperation);
     }
     return writer;
   },
@@ -252,6 +276,38 @@ export const ToolSpec: MessageFns<ToolSpec> = {
             message.approval = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.hookAliases.push(reader.string());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.pathIsFile = reader.bool();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.writesPath = reader.bool();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.sessionOperation = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -281,6 +337,26 @@ export const ToolSpec: MessageFns<ToolSpec> = {
         : "",
       handler: isSet(object.handler) ? globalThis.String(object.handler) : "",
       approval: isSet(object.approval) ? globalThis.String(object.approval) : "",
+      hookAliases: globalThis.Array.isArray(object?.hookAliases)
+        ? object.hookAliases.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.hook_aliases)
+        ? object.hook_aliases.map((e: any) => globalThis.String(e))
+        : [],
+      pathIsFile: isSet(object.pathIsFile)
+        ? globalThis.Boolean(object.pathIsFile)
+        : isSet(object.path_is_file)
+        ? globalThis.Boolean(object.path_is_file)
+        : false,
+      writesPath: isSet(object.writesPath)
+        ? globalThis.Boolean(object.writesPath)
+        : isSet(object.writes_path)
+        ? globalThis.Boolean(object.writes_path)
+        : false,
+      sessionOperation: isSet(object.sessionOperation)
+        ? globalThis.String(object.sessionOperation)
+        : isSet(object.session_operation)
+        ? globalThis.String(object.session_operation)
+        : "",
     };
   },
 
@@ -307,6 +383,18 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     if (message.approval !== "") {
       obj.approval = message.approval;
     }
+    if (message.hookAliases?.length) {
+      obj.hookAliases = message.hookAliases;
+    }
+    if (message.pathIsFile !== false) {
+      obj.pathIsFile = message.pathIsFile;
+    }
+    if (message.writesPath !== false) {
+      obj.writesPath = message.writesPath;
+    }
+    if (message.sessionOperation !== "") {
+      obj.sessionOperation = message.sessionOperation;
+    }
     return obj;
   },
 
@@ -322,6 +410,10 @@ export const ToolSpec: MessageFns<ToolSpec> = {
     message.operationArgument = object.operationArgument ?? "";
     message.handler = object.handler ?? "";
     message.approval = object.approval ?? "";
+    message.hookAliases = object.hookAliases?.map((e) => e) || [];
+    message.pathIsFile = object.pathIsFile ?? false;
+    message.writesPath = object.writesPath ?? false;
+    message.sessionOperation = object.sessionOperation ?? "";
     return message;
   },
 };
