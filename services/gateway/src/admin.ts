@@ -5,7 +5,8 @@ import { forgetKey } from "./auth.js";
 import { GatewayError } from "./errors.js";
 import type { Call, Operation } from "./call.js";
 import { generateApiKey, hashApiKey, keyId } from "./keys.js";
-import type { GatewayContext } from "./sessions.js";
+import type { GatewayContext } from "./gateway-context.js";
+import type { gatewayV1 } from "@tack/proto";
 import type { KeyRow } from "./store.js";
 
 /** The JSON form of a stored key: its id (first 12 hex digits of the hash), never the key or the whole hash. */
@@ -24,10 +25,11 @@ function requireAdmin(call: Call): string {
 }
 
 /** `POST /v1/admin/keys` `{tenant?, role?, name?}`: creates a key of the admin's tenant; 201 shows the key this once. */
-export function createKey(context: GatewayContext): Operation {
+export function createKey(context: GatewayContext): Operation<gatewayV1.CreateKeyRequest> {
   return async (call, request) => {
     const tenant = requireAdmin(call);
-    const body = { tenant: request.tenant as string | undefined, role: ((request.role as string | undefined) || "member") as "admin" | "member", name: (request.name as string | undefined) ?? "" };
+    const role: KeyRow["role"] = request.role === "admin" ? "admin" : "member";
+    const body = { tenant: request.tenant, role, name: request.name };
     if (body.tenant !== undefined && body.tenant !== tenant) {
       throw new GatewayError(403, "gateway.forbidden", `an admin key of tenant ${tenant} creates keys of tenant ${tenant} only, not ${JSON.stringify(body.tenant)}; keys of other tenants are the operator's (keys: in the operator configuration)`, {
         details: { tenant: body.tenant },
@@ -42,7 +44,7 @@ export function createKey(context: GatewayContext): Operation {
 }
 
 /** `GET /v1/admin/keys`: the admin's tenant's keys, revoked ones too. */
-export function listKeys(context: GatewayContext): Operation {
+export function listKeys(context: GatewayContext): Operation<gatewayV1.ListKeysRequest> {
   return async (call) => {
     const tenant = requireAdmin(call);
     const rows = await context.index.listKeys(tenant);
@@ -55,10 +57,10 @@ export function listKeys(context: GatewayContext): Operation {
  * next request on and its open event streams end. Keys from the operator configuration or
  * TACK_API_KEY are the operator's: 409, edit them where they are.
  */
-export function revokeKey(context: GatewayContext): Operation {
+export function revokeKey(context: GatewayContext): Operation<gatewayV1.RevokeKeyRequest> {
   return async (call, request) => {
     const tenant = requireAdmin(call);
-    const id = String(request.id ?? "");
+    const { id } = request;
     const notFound = () => new GatewayError(404, "gateway.key_not_found", `no key ${JSON.stringify(id)} in tenant ${tenant}; list them with GET /v1/admin/keys`);
     if (!/^[0-9a-f]{12}$/.test(id)) throw notFound();
     const rows = await context.index.findKeys(tenant, id);
@@ -85,7 +87,7 @@ export function revokeKey(context: GatewayContext): Operation {
 }
 
 /** `GET /v1/admin/tenants`: the admin's tenant with its policy and what it uses now. */
-export function listTenants(context: GatewayContext): Operation {
+export function listTenants(context: GatewayContext): Operation<gatewayV1.ListTenantsRequest> {
   return async (call) => {
     const tenant = requireAdmin(call);
     const policy = context.policy.policy(tenant);

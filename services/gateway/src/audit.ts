@@ -3,6 +3,7 @@
 // questions and plans. Records outlive the sessions they name.
 import { randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
+import type { gatewayV1 } from "@tack/proto";
 import { timestamp, type AuditTable, type Database } from "./db.js";
 import type { Call, Operation } from "./call.js";
 import { keyId } from "./keys.js";
@@ -80,19 +81,23 @@ export class AuditLog {
   }
 }
 
+/** A record's `details` (JSON text in the index) as the JSON object it holds. */
+function parseDetails(text: string): unknown {
+  return JSON.parse(text);
+}
+
 /** The JSON form of a record. */
 export function auditJson(row: AuditRow) {
   return {
     id: row.id, at: row.at, actor: row.actor, key_id: row.key_id, ...(row.key_name !== null ? { key_name: row.key_name } : {}),
-    action: row.action, session_id: row.session_id, details: JSON.parse(row.details) as unknown,
+    action: row.action, session_id: row.session_id, details: parseDetails(row.details),
   };
 }
 
 /** `ListAudit`: the caller's tenant's audit records, newest first (`limit`, `offset`). */
-export function listAudit(audit: AuditLog): Operation {
+export function listAudit(audit: AuditLog): Operation<gatewayV1.ListAuditRequest> {
   return async (call, query) => {
-    const limit = (query.limit as number | undefined) ?? 50;
-    const offset = (query.offset as number | undefined) ?? 0;
+    const { limit, offset } = query;
     const rows = await audit.list(call.tenant, limit, offset);
     return { body: { records: rows.map(auditJson), limit, offset } };
   };

@@ -28,13 +28,16 @@ export interface Reply {
   readonly json?: string;
 }
 
-/** A unary operation of the contract, given its request message (`tack.gateway.v1.<Rpc>Request`, validated, defaults applied). */
-export type Operation<Req> = (call: Call, request: Req) => Promise<Reply>;
+/**
+ * A unary operation of the contract, given its request message (`tack.gateway.v1.<Rpc>Request`,
+ * validated, defaults applied); by default one naming a session by `id`.
+ */
+export type Operation<Req = { readonly id: string }> = (call: Call, request: Req) => Promise<Reply>;
 
 /** A unary operation bound to the generated codec of its request message: what REST and gRPC dispatch to. */
 export interface Endpoint {
   /** The request message's codec (checked against the contract's `requestType` by `endpointOf`). */
-  readonly codec: object;
+  readonly codec: unknown;
   /** Decodes the request from its REST form (snake_case fields, validated, defaults applied) and runs the operation. */
   run(call: Call, request: unknown): Promise<Reply>;
 }
@@ -44,7 +47,7 @@ export function endpoint<Req>(codec: { fromJSON(object: unknown): Req }, operati
   return { codec, run: (call, request) => operation(call, codec.fromJSON(request)) };
 }
 
-const MESSAGES = new Map<string, unknown>(Object.entries(gatewayV1));
+const MESSAGES = new Map(Object.entries(gatewayV1));
 
 /** The endpoint of `spec`'s rpc; refuses a missing one, or one whose codec is not the contract's request message. */
 export function endpointOf(endpoints: Readonly<Record<string, Endpoint>>, spec: OperationSpec): Endpoint {
@@ -57,6 +60,6 @@ export function endpointOf(endpoints: Readonly<Record<string, Endpoint>>, spec: 
 /** The generated codec of a tack.gateway.v1 message by name (a contract's `responseType`). */
 export function messageCodec(name: string): { fromJSON(object: unknown): unknown } {
   const codec = MESSAGES.get(name);
-  if (typeof codec !== "object" || codec === null || !("fromJSON" in codec) || typeof codec.fromJSON !== "function") throw new Error(`no message ${name} in tack.gateway.v1`);
+  if (typeof codec !== "object" || !("fromJSON" in codec)) throw new Error(`no message ${name} in tack.gateway.v1`);
   return { fromJSON: (object) => codec.fromJSON(object) };
 }

@@ -10,9 +10,10 @@ export type Change = { readonly key: string } | { readonly session: string };
 
 function parseChange(text: string): Change | undefined {
   try {
-    const value = JSON.parse(text) as Record<string, unknown>;
-    if (typeof value.key === "string" && /^[0-9a-f]{64}$/.test(value.key)) return { key: value.key };
-    if (typeof value.session === "string" && value.session.length > 0 && value.session.length <= 200) return { session: value.session };
+    const value: unknown = JSON.parse(text);
+    if (typeof value !== "object" || value === null) return undefined;
+    if ("key" in value && typeof value.key === "string" && /^[0-9a-f]{64}$/.test(value.key)) return { key: value.key };
+    if ("session" in value && typeof value.session === "string" && value.session.length > 0 && value.session.length <= 200) return { session: value.session };
   } catch {
     // Not a change this version knows: ignored.
   }

@@ -1,7 +1,7 @@
 import { deriveRequest, readAll, type ModelRequest } from "@tack/log";
-import { CompleteRequest, CountTokensRequest, CountTokensResponse, type Event } from "@tack/proto";
+import { CompleteRequest, CountTokensRequest, CountTokensResponse, type Event, type gatewayV1 } from "@tack/proto";
 import type { Operation } from "./call.js";
-import { requireSession, type GatewayContext } from "./sessions.js";
+import { requireSession, type GatewayContext } from "./gateway-context.js";
 
 function completeRequest(sessionId: string, r: ModelRequest): CompleteRequest {
   return CompleteRequest.fromPartial({
@@ -14,7 +14,7 @@ function completeRequest(sessionId: string, r: ModelRequest): CompleteRequest {
  * the model's tokenizer, by part (system prompt / tools / conversation), calibrated by the
  * input tokens the provider reported for the last call.
  */
-export function sessionContext(context: GatewayContext): Operation {
+export function sessionContext(context: GatewayContext): Operation<gatewayV1.GetContextRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { bus } = context;

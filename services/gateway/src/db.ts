@@ -4,6 +4,7 @@ import { Kysely, Migrator, PostgresDialect, SqliteDialect, sql, type Dialect, ty
 import pg from "pg";
 import { TackError } from "@tack/bus";
 import { logger } from "@tack/telemetry";
+import { errorCode, errorMessage } from "./thrown.js";
 
 // One schema and one set of migrations for SQLite (the local default) and PostgreSQL (shared by
 // gateway replicas). Column types stay to what both have (text, integer: no boolean, no JSON, no
@@ -206,7 +207,7 @@ export async function openDatabase(location: IndexLocation): Promise<Kysely<Data
   if (error) {
     await db.destroy();
     const failed = results?.find((r) => r.status === "Error")?.migrationName ?? "(before any migration)";
-    throw new TackError("gateway.migration_failed", `migrating the session index failed at ${failed}: ${(error as Error).message}`, { cause: error });
+    throw new TackError("gateway.migration_failed", `migrating the session index failed at ${failed}: ${errorMessage(error)}`, { cause: error });
   }
   return db;
 }
@@ -260,7 +261,7 @@ export function readPasswordFile(path: string): string {
   try {
     text = readFileSync(path, "utf8");
   } catch (error) {
-    throw new Error(`cannot read the PostgreSQL password file ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); check the path and that the gateway's user may read it`);
+    throw new Error(`cannot read the PostgreSQL password file ${path} (${errorCode(error) ?? errorMessage(error)}); check the path and that the gateway's user may read it`);
   }
   const password = text.replace(/\r?\n$/, "");
   if (password === "") throw new Error(`the PostgreSQL password file ${path} is empty; write the password into it (one line)`);
@@ -293,26 +294,27 @@ async function connectPostgres(url: string): Promise<pg.Pool> {
     return pool;
   } catch (error) {
     await pool.end().catch(() => undefined);
-    throw new TackError("gateway.database_unavailable", postgresFailure(url, error as Error & { code?: string }), { cause: error });
+    throw new TackError("gateway.database_unavailable", postgresFailure(url, error), { cause: error });
   }
 }
 
 /** One line saying why PostgreSQL at `url` could not be used and what to do. */
-function postgresFailure(url: string, error: Error & { code?: string }): string {
+function postgresFailure(url: string, error: unknown): string {
   const parsed = new URL(url);
   const server = `${parsed.hostname || parsed.searchParams.get("host")}:${parsed.port || "5432"}`;
   const database = decodeURIComponent(parsed.pathname.slice(1));
   const user = decodeURIComponent(parsed.username) || "(the default user)";
   const where = `the session index's PostgreSQL at ${server} (TACK_DB=${redactUrl(url)})`;
-  const message = error.message.split("\n")[0] ?? "";
-  switch (error.code) {
+  const message = errorMessage(error).split("\n")[0] ?? "";
+  const code = errorCode(error);
+  switch (code) {
     case "ECONNREFUSED":
     case "ENOTFOUND":
     case "EAI_AGAIN":
     case "EHOSTUNREACH":
     case "ENETUNREACH":
     case "ETIMEDOUT":
-      return `cannot reach ${where}: ${error.code}; start PostgreSQL or correct the host and port in TACK_DB`;
+      return `cannot reach ${where}: ${code}; start PostgreSQL or correct the host and port in TACK_DB`;
     case "3D000":
       return `${where} has no database ${JSON.stringify(database)}; create it (createdb ${database}) or name an existing one in TACK_DB`;
     case "28P01":
@@ -320,7 +322,7 @@ function postgresFailure(url: string, error: Error & { code?: string }): string 
       return `${where} refused user ${user}: ${message}; correct the user and password in TACK_DB or allow the user in pg_hba.conf`;
     default:
       if (/timeout/i.test(message)) return `cannot reach ${where}: no answer within ${PG_CONNECT_TIMEOUT_MS / 1000} s; check that PostgreSQL runs and a firewall lets the gateway reach it`;
-      return `cannot use ${where}: ${message}${error.code ? ` (${error.code})` : ""}; check the server and TACK_DB`;
+      return `cannot use ${where}: ${message}${code ? ` (${code})` : ""}; check the server and TACK_DB`;
   }
 }
 
@@ -332,7 +334,7 @@ function openSqlite(path: string): SQLite.Database {
     sqlite.pragma("foreign_keys = ON");
     return sqlite;
   } catch (error) {
-    throw new TackError("gateway.database_unavailable", `cannot open the session index at ${path}: ${(error as Error).message}; check that its folder exists and is writable (TACK_DB)`, { cause: error });
+    throw new TackError("gateway.database_unavailable", `cannot open the session index at ${path}: ${errorMessage(error)}; check that its folder exists and is writable (TACK_DB)`, { cause: error });
   }
 }
 

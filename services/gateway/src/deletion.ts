@@ -3,13 +3,14 @@
 // the bus (docs/decisions/0006-deletion.md); the gateway then removes its index row and audits.
 import { JetStreamApiError } from "@nats-io/jetstream";
 import { TackError } from "@tack/bus";
-import { DeleteSessionRequest, DeleteSessionResponse } from "@tack/proto";
+import { DeleteSessionRequest, DeleteSessionResponse, type gatewayV1 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { auditJson, callerActor, type AuditActor, type AuditRow } from "./audit.js";
 import { GatewayError } from "./errors.js";
 import type { Operation } from "./call.js";
-import { requestLoop, requireSession, type GatewayContext } from "./sessions.js";
+import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
 import type { SessionRow } from "./store.js";
+import { errorMessage } from "./thrown.js";
 
 /** What deleting one session removed, and its audit record. */
 export interface SessionDeletion {
@@ -52,7 +53,7 @@ export async function deleteSession(context: GatewayContext, row: SessionRow, ac
 }
 
 /** `DELETE /v1/sessions/:id`: deletes the caller's session (see `deleteSession`); another tenant's is a 404 and stays untouched. */
-export function deleteSessionRoute(context: GatewayContext): Operation {
+export function deleteSessionRoute(context: GatewayContext): Operation<gatewayV1.DeleteSessionRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { record, removed } = await deleteSession(context, row, callerActor(call));
@@ -111,7 +112,7 @@ export function startRetentionSweep(context: GatewayContext, options: { maxAgeDa
           // Another gateway sharing the index (or a caller) deleted it first: nothing left to do.
           if (code === "gateway.session_not_found") continue;
           result.skipped.push(row.id);
-          const fields = { session: row.id, tenant: row.tenant, error: (error as Error).message };
+          const fields = { session: row.id, tenant: row.tenant, error: errorMessage(error) };
           if (code === "gateway.session_busy") log.info("retention skips a session with a running turn until the next sweep", fields);
           else log.warn("retention could not delete a session; retrying at the next sweep", fields);
         }
@@ -128,7 +129,7 @@ export function startRetentionSweep(context: GatewayContext, options: { maxAgeDa
   // Without a maximum age nothing is swept, so nothing is scheduled.
   const timer = options.maxAgeDays === undefined ? undefined : setInterval(() => {
     if (running || context.shutdown.aborted) return;
-    sweep().catch((error: unknown) => log.warn("retention sweep failed", { error: (error as Error).message }));
+    sweep().catch((error: unknown) => log.warn("retention sweep failed", { error: errorMessage(error) }));
   }, options.intervalMs);
   timer?.unref();
   return {

@@ -101,7 +101,7 @@ function serviceOf(e: TackError): string | undefined {
  */
 export function errorReply(error: unknown, options: { log?: Logger; fields?: Record<string, unknown> } = {}): { status: number; body: ErrorBody; headers: Record<string, string> } {
   const { status, body } = toHttpError(error, options);
-  trace.getActiveSpan()?.recordException(error as Error);
+  trace.getActiveSpan()?.recordException(error instanceof Error ? error : String(error));
   const headers: Record<string, string> = {};
   if (status === 401) headers["www-authenticate"] = 'Bearer realm="tack"';
   const retry = body.error.details?.retry_after_seconds;

@@ -3,7 +3,7 @@ import type { Event } from "@tack/proto";
 import type { Call } from "./call.js";
 import { GatewayError } from "./errors.js";
 import type { EventSink } from "./feeds.js";
-import { requireSession, type GatewayContext } from "./sessions.js";
+import { requireSession, type GatewayContext } from "./gateway-context.js";
 import type { SessionRow } from "./store.js";
 
 /** Where an event stream starts and whether it follows the log. */
@@ -57,7 +57,7 @@ export interface OpenEvents {
  * Refused before anything is sent: another tenant's or an unknown session (404), a bad
  * position (400), `max_event_streams` reached (429).
  */
-export async function openEvents(context: GatewayContext, call: Call, id: unknown, position: StreamPosition, gone: AbortSignal): Promise<OpenEvents> {
+export async function openEvents(context: GatewayContext, call: Call, id: string, position: StreamPosition, gone: AbortSignal): Promise<OpenEvents> {
   const row = await requireSession(context, call, id);
   // Refused (max_event_streams) before the first event; ends when the caller's key is revoked.
   const slot = context.policy.openStream(call);

@@ -2,9 +2,10 @@
 // results and images), for ExportSession (`GET /v1/sessions/:id/export`).
 import { Objm } from "@nats-io/obj";
 import { readAll } from "@tack/log";
-import { Event } from "@tack/proto";
+import { Event, type gatewayV1 } from "@tack/proto";
 import type { Operation } from "./call.js";
-import { requireSession, sessionJson, type GatewayContext } from "./sessions.js";
+import { requireSession, type GatewayContext } from "./gateway-context.js";
+import { sessionJson } from "./sessions.js";
 import type { SessionRow } from "./store.js";
 
 /** The format name a bundle carries. */
@@ -40,7 +41,7 @@ export async function spilledObjects(context: GatewayContext, row: SessionRow, e
  * in its JSON form, as the event stream sends it) and every spilled object a `tool/result` names
  * (its bytes in base64). Objects already gone (deleted with an older session) are left out.
  */
-export function exportSession(context: GatewayContext): Operation {
+export function exportSession(context: GatewayContext): Operation<gatewayV1.ExportSessionRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { bus } = context;

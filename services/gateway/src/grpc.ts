@@ -3,16 +3,16 @@
 // functions, errors as the catalogue's gRPC statuses, events as a server stream resumable from a seq.
 import { Readable } from "node:stream";
 import { context as otelContext, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
-import { Metadata, Server, ServerCredentials, status as GrpcCode, type ServerWritableStream, type ServiceError, type UntypedServiceImplementation } from "@grpc/grpc-js";
+import { Metadata, Server, ServerCredentials, status as GrpcCode, type ServerWritableStream, type ServiceDefinition, type ServiceError, type UntypedServiceImplementation } from "@grpc/grpc-js";
 import { TackError } from "@tack/bus";
 import { gatewayV1, healthV1, type Event } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { authenticateKey } from "./auth.js";
-import type { Call, Operation } from "./call.js";
+import { endpointOf, messageCodec, type Call, type Endpoint } from "./call.js";
 import { GatewayError, grpcStatusOf, toHttpError } from "./errors.js";
 import { openEvents, streamPosition } from "./events.js";
 import { CONTRACT } from "./gen/contract.js";
-import type { GatewayContext } from "./sessions.js";
+import type { GatewayContext } from "./gateway-context.js";
 import { installGrpcRefusals } from "./grpc-refusals.js";
 import { grpcRequest } from "./validation.js";
 import type { WorkspaceOperations } from "./workspaces.js";
@@ -20,7 +20,7 @@ import type { WorkspaceOperations } from "./workspaces.js";
 /** What the gRPC server serves (the same as REST's). */
 export interface GrpcOptions {
   readonly context: GatewayContext;
-  readonly operations: Readonly<Record<string, Operation>>;
+  readonly operations: Readonly<Record<string, Endpoint>>;
   readonly workspaces: WorkspaceOperations;
   readonly log: Logger;
   /** The gateway's health (`GET /healthz`'s check): 200 when it can take calls. */
@@ -38,10 +38,8 @@ export interface GrpcGateway {
 
 const tracer = trace.getTracer("@tack/gateway");
 const CHUNK_BYTES = 64 * 1024;
-// Gateway message codecs by message name (fromJSON takes the REST form's snake_case names).
-const MESSAGES = gatewayV1 as unknown as Record<string, { fromJSON(object: unknown): unknown }>;
 
-type AnyCall = { metadata: Metadata; request: unknown };
+type AnyCall = { metadata: Metadata; request: object };
 
 /** The gRPC form of a failure: the catalogue's status, the REST message (5xx: the fixed sentence and request id) and the code in metadata. */
 export function grpcError(error: unknown, log?: Logger, rpc?: string): Partial<ServiceError> {
@@ -80,12 +78,12 @@ export async function startGrpc(options: GrpcOptions, host: string, port: number
     }
   };
 
-  const unary = (rpc: string, responseType: string, operation: (caller: Call, request: Record<string, unknown>) => Promise<{ body: unknown }>) =>
+  // The response's fromJSON takes the REST form's snake_case names.
+  const unary = (rpc: string, response: { fromJSON(object: unknown): unknown }, operation: Endpoint) =>
     (call: AnyCall, callback: (error: Partial<ServiceError> | null, value?: unknown) => void) => {
       run(rpc, call, async (caller) => {
-        const request = grpcRequest(rpc, decoded(rpc, call.request));
-        const { body } = await operation(caller, request);
-        return MESSAGES[responseType]!.fromJSON(protoForm(body));
+        const { body } = await operation.run(caller, grpcRequest(rpc, decoded(rpc, call.request)));
+        return response.fromJSON(protoForm(body));
       }).then((value) => callback(null, value), (error: unknown) => callback(grpcError(error, log, rpc)));
     };
 
@@ -96,9 +94,7 @@ export async function startGrpc(options: GrpcOptions, host: string, port: number
     else if (spec.rpc === "ExportWorkspace") implementation[name] = exportWorkspace(options, run);
     else if (spec.rpc === "CreateWorkspace") implementation[name] = createWorkspace(options, run);
     else {
-      const operation = options.operations[spec.rpc];
-      if (!operation) throw new Error(`the contract's ${spec.rpc} has no operation`);
-      implementation[name] = unary(spec.rpc, spec.responseType, operation);
+      implementation[name] = unary(spec.rpc, messageCodec(spec.responseType), endpointOf(options.operations, spec));
     }
   }
   server.addService(tolerantDecoding(gatewayV1.GatewayService), implementation);
@@ -201,8 +197,8 @@ function streamEvents(options: GrpcOptions, run: Runner) {
     call.on("cancelled", () => gone.abort());
     call.on("close", () => gone.abort());
     run("StreamEvents", call, async (caller) => {
-      const request = grpcRequest("StreamEvents", decoded("StreamEvents", call.request));
-      const position = streamPosition({ from: request.from as string | undefined, follow: request.follow as string | undefined });
+      const request = gatewayV1.StreamEventsRequest.fromJSON(grpcRequest("StreamEvents", decoded("StreamEvents", call.request)));
+      const position = streamPosition({ from: request.from, follow: request.follow });
       const stream = await openEvents(options.context, caller, request.id, position, gone.signal);
       try {
         for await (const batch of stream.batches) {
@@ -222,13 +218,13 @@ function streamEvents(options: GrpcOptions, run: Runner) {
 
 /** `CreateWorkspace`: the archive comes as the `archive` bytes (at most the message size limit, 16 MiB; REST takes larger uploads). */
 function createWorkspace(options: GrpcOptions, run: Runner) {
-  return (call: AnyCall, callback: (error: Partial<ServiceError> | null, value?: unknown) => void) => {
+  return (call: { metadata: Metadata; request: gatewayV1.CreateWorkspaceRequest | Undecodable }, callback: (error: Partial<ServiceError> | null, value?: unknown) => void) => {
     run("CreateWorkspace", call, async (caller) => {
-      const message = decoded("CreateWorkspace", call.request) as unknown as gatewayV1.CreateWorkspaceRequest;
-      const request = grpcRequest("CreateWorkspace", message as unknown as Record<string, unknown>);
+      const message = decoded("CreateWorkspace", call.request);
+      const { title } = gatewayV1.CreateWorkspaceRequest.fromJSON(grpcRequest("CreateWorkspace", message));
       options.workspaces.checkDeclaredSize(message.archive.length);
       const archive = message.archive.length > 0 ? Readable.from([Buffer.from(message.archive)]) : undefined;
-      const { body } = await options.workspaces.create(caller, { title: (request.title as string | undefined) ?? "", archive });
+      const { body } = await options.workspaces.create(caller, { title, archive });
       return gatewayV1.Workspace.fromJSON(body);
     }).then((value) => callback(null, value), (error: unknown) => callback(grpcError(error, options.log, "CreateWorkspace")));
   };
@@ -238,10 +234,11 @@ function createWorkspace(options: GrpcOptions, run: Runner) {
 function exportWorkspace(options: GrpcOptions, run: Runner) {
   return (call: ServerWritableStream<gatewayV1.ExportWorkspaceRequest, gatewayV1.ArchiveChunk>) => {
     run("ExportWorkspace", call, async (caller) => {
-      const request = grpcRequest("ExportWorkspace", decoded("ExportWorkspace", call.request));
+      const request = gatewayV1.ExportWorkspaceRequest.fromJSON(grpcRequest("ExportWorkspace", decoded("ExportWorkspace", call.request)));
       const archive = await options.workspaces.archive(caller, request.id);
       try {
-        for await (const piece of archive.data as AsyncIterable<Buffer>) {
+        for await (const chunk of archive.data) {
+          const piece = Buffer.isBuffer(chunk) ? chunk : Buffer.from(String(chunk));
           for (let at = 0; at < piece.length; at += CHUNK_BYTES) {
             if (!call.write({ data: piece.subarray(at, at + CHUNK_BYTES) })) await new Promise((resolve) => call.once("drain", resolve));
           }
@@ -253,37 +250,39 @@ function exportWorkspace(options: GrpcOptions, run: Runner) {
   };
 }
 
-const UNDECODABLE = Symbol("undecodable");
+/** What a request's bytes decode to when they are not a valid message: why not. */
+class Undecodable {
+  readonly problem: string;
+
+  constructor(problem: string) {
+    this.problem = problem;
+  }
+}
 
 /**
  * The service definition with request decoders that do not throw: bytes that are not a valid
- * message (cut short, garbage) become a marker that the handler refuses as INVALID_ARGUMENT,
- * instead of grpc-js's INTERNAL for a failed deserialization.
+ * message (cut short, garbage) become an `Undecodable` that the handler refuses as
+ * INVALID_ARGUMENT, instead of grpc-js's INTERNAL for a failed deserialization.
  */
-function tolerantDecoding<T extends Record<string, { requestDeserialize: (bytes: Buffer) => unknown; requestType?: unknown }>>(service: T): T {
-  const out: Record<string, unknown> = {};
-  for (const [name, method] of Object.entries(service)) {
-    out[name] = {
-      ...method,
-      requestDeserialize: (bytes: Buffer) => {
-        try {
-          return method.requestDeserialize(bytes);
-        } catch (error) {
-          return { [UNDECODABLE]: (error as Error).message };
-        }
-      },
-    };
-  }
-  return out as T;
+function tolerantDecoding(service: ServiceDefinition): ServiceDefinition {
+  return Object.fromEntries(Object.entries(service).map(([name, method]) => [name, {
+    ...method,
+    requestDeserialize: (bytes: Buffer) => {
+      try {
+        return method.requestDeserialize(bytes);
+      } catch (error) {
+        return new Undecodable(error instanceof Error ? error.message : String(error));
+      }
+    },
+  }]));
 }
 
 /** Refuses a request whose bytes were not a valid message of its type. */
-function decoded(rpc: string, request: unknown): Record<string, unknown> {
-  const problem = (request as { [UNDECODABLE]?: string })[UNDECODABLE];
-  if (problem !== undefined) {
-    throw new GatewayError(400, "gateway.invalid_request", `the request is not a valid ${CONTRACT.operations.find((o) => o.rpc === rpc)?.requestType ?? rpc} message (${problem}); encode it with the tack.gateway.v1 protobuf definitions`);
+function decoded<T>(rpc: string, request: T | Undecodable): T {
+  if (request instanceof Undecodable) {
+    throw new GatewayError(400, "gateway.invalid_request", `the request is not a valid ${CONTRACT.operations.find((o) => o.rpc === rpc)?.requestType ?? rpc} message (${request.problem}); encode it with the tack.gateway.v1 protobuf definitions`);
   }
-  return request as Record<string, unknown>;
+  return request;
 }
 
 /** The REST form made fit for the proto messages' fromJSON: an audit record's `details` object is JSON text in the proto. */

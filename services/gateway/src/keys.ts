@@ -3,6 +3,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import type { OperatorConfig } from "@tack/config";
+import { errorCode, errorMessage } from "./thrown.js";
 
 /** What a key may do: `admin` also manages its tenant's keys; `member` works with sessions only. */
 export type Role = "admin" | "member";
@@ -75,7 +76,7 @@ function readKeyFile(file: string, where: string): string {
   try {
     mode = statSync(file).mode;
   } catch (error) {
-    throw new Error(`${where}: cannot read the key file ${file} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); fix the path`);
+    throw new Error(`${where}: cannot read the key file ${file} (${errorCode(error) ?? errorMessage(error)}); fix the path`);
   }
   if ((mode & 0o077) !== 0) {
     throw new Error(`${where}: the key file ${file} has mode ${(mode & 0o777).toString(8).padStart(4, "0")}, so others can read it; run \`chmod 600 ${file}\``);

@@ -11,6 +11,7 @@ import { parseIndexSetting, readPasswordFile, redactUrl, withPassword } from "./
 import { rawRoutes } from "./rest.js";
 import { startGateway } from "./server.js";
 import { uiRoutes } from "./ui.js";
+import { errorMessage } from "./thrown.js";
 
 const telemetry = initTelemetry({ serviceName: "tack-gateway" });
 
@@ -30,7 +31,7 @@ await runMain("gateway", async () => {
   try {
     index = parseIndexSetting(process.env.TACK_DB || ".tack/tack.db");
   } catch (error) {
-    throw new ConfigError(`TACK_DB: ${(error as Error).message}`);
+    throw new ConfigError(`TACK_DB: ${errorMessage(error)}`);
   }
   const passwordFile = process.env.TACK_DB_PASSWORD_FILE;
   if (passwordFile) {
@@ -38,7 +39,7 @@ await runMain("gateway", async () => {
     try {
       index = { postgresUrl: withPassword(index.postgresUrl, readPasswordFile(passwordFile)) };
     } catch (error) {
-      throw new ConfigError(`TACK_DB_PASSWORD_FILE: ${(error as Error).message}`);
+      throw new ConfigError(`TACK_DB_PASSWORD_FILE: ${errorMessage(error)}`);
     }
   }
   if ("sqlitePath" in index && index.sqlitePath !== ":memory:") {

@@ -5,6 +5,7 @@ import { assertToken, TackError, type BusAuth } from "@tack/bus";
 import { loadOperatorConfig, type OperatorConfig } from "@tack/config";
 import { postgresUrlProblem, type IndexLocation } from "./db.js";
 import { resolveConfiguredKeys, type ResolvedKey, type Role } from "./keys.js";
+import { errorMessage } from "./thrown.js";
 
 /** One accepted API key and the tenant whose sessions it opens. */
 export interface ApiKey {
@@ -93,7 +94,7 @@ export function compileOptions(options: GatewayOptions): CompiledOptions {
   try {
     assertToken("namespace", parsed.data.namespace);
   } catch (error) {
-    throw badOptions((error as Error).message);
+    throw badOptions(errorMessage(error));
   }
   const operator = options.operator ?? loadOperatorConfig();
   const apiKeys = options.apiKeys ?? [];
@@ -105,14 +106,14 @@ export function compileOptions(options: GatewayOptions): CompiledOptions {
     try {
       assertToken("tenant", tenant);
     } catch (error) {
-      throw badOptions((error as Error).message);
+      throw badOptions(errorMessage(error));
     }
   }
   let keys: ResolvedKey[];
   try {
     keys = resolveConfiguredKeys(operator, apiKeys);
   } catch (error) {
-    throw badOptions((error as Error).message);
+    throw badOptions(errorMessage(error));
   }
   const database = indexLocation(options);
   if (!database) throw badOptions("no session index configured; pass sqlitePath (a file, or `:memory:`), postgresUrl or a kysely dialect");

@@ -2,18 +2,19 @@
 // from proto/tack/gateway/v1/gateway.proto), validated by Fastify's ajv with the generated JSON
 // Schemas, calling the same operation functions as gRPC.
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { context as otelContext, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
-import { Event } from "@tack/proto";
+import { Event, gatewayV1 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { authenticateKey } from "./auth.js";
-import type { Call, Operation } from "./call.js";
+import { endpointOf, type Call, type Endpoint } from "./call.js";
 import type { Exchange, Handler } from "./http.js";
 import { errorReply, GatewayError, toHttpError } from "./errors.js";
 import { openEvents, streamPosition } from "./events.js";
 import { CONTRACT, type OperationSpec } from "./gen/contract.js";
-import type { GatewayContext } from "./sessions.js";
+import type { GatewayContext } from "./gateway-context.js";
 import { schemaError, validatorCompiler, type SchemaIssue } from "./validation.js";
 import type { WorkspaceOperations } from "./workspaces.js";
 
@@ -46,7 +47,7 @@ const JSON_TYPES = "Content-Type: application/json (with charset=utf-8 or no cha
 export interface RestOptions {
   readonly context: GatewayContext;
   /** The unary operations by rpc name. */
-  readonly operations: Readonly<Record<string, Operation>>;
+  readonly operations: Readonly<Record<string, Endpoint>>;
   readonly workspaces: WorkspaceOperations;
   /** `GET /healthz`. */
   readonly health: () => Promise<{ status: number; body: unknown }>;
@@ -68,6 +69,13 @@ interface RequestState {
   span: Span;
   ended: boolean;
   call?: Call;
+}
+
+declare module "fastify" {
+  interface FastifyContextConfig {
+    /** Served without an API key (see `OPEN`). */
+    open?: boolean;
+  }
 }
 
 /** Builds the Fastify app (not listening yet). */
@@ -100,7 +108,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     // The socket is no longer the server's (closeAllConnections does not see it): read and drop
     // whatever else the client sends, so its end is seen and the socket closes, and cut it after 5 s.
     socket.resume();
-    (socket as Duplex & { setTimeout(ms: number, callback: () => void): void }).setTimeout(5_000, () => socket.destroy());
+    if (socket instanceof Socket) socket.setTimeout(5_000, () => socket.destroy());
     socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(data)}\r\nallow: GET, POST, DELETE\r\nconnection: close\r\n\r\n${data}`);
   });
   app.addHook("onRoute", (route) => {
@@ -127,7 +135,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     try {
       return done(null, JSON.parse(text));
     } catch (error) {
-      return done(new GatewayError(400, "gateway.malformed_json", `request body is not valid JSON: ${describeJsonError(text, error as Error)}`));
+      return done(new GatewayError(400, "gateway.malformed_json", `request body is not valid JSON: ${describeJsonError(text, error instanceof Error ? error.message : String(error))}`));
     }
   };
   app.removeAllContentTypeParsers();
@@ -144,7 +152,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     const span = tracer.startSpan(`gateway ${request.method} ${route}`, { kind: SpanKind.SERVER, attributes }, parent);
     const state: RequestState = { span, ended: false };
     states.set(request, state);
-    const open = request.routeOptions.url !== undefined && (request.routeOptions.config as { open?: boolean } | undefined)?.open === true;
+    const open = request.routeOptions.url !== undefined && request.routeOptions.config.open === true;
     if (!open) {
       const { tenant, caller } = await authenticateKey(context.index, request.headers.authorization);
       state.call = { tenant, caller, label: `${request.method} ${route}` };
@@ -162,8 +170,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
 
   app.setErrorHandler((error: Error & { code?: string; validation?: SchemaIssue[]; validationContext?: string }, request, reply) => {
     const answer = errorReply(restError(error, request), { log, fields: { method: request.method, route: request.routeOptions.url } });
-    const allow = (error as { allow?: string }).allow;
-    if (allow) answer.headers.allow = allow;
+    if (error instanceof MethodNotAllowed) answer.headers.allow = error.allow;
     if (reply.sent || reply.raw.headersSent) {
       reply.raw.end();
       return;
@@ -175,7 +182,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     const path = request.raw.url?.split("?")[0] ?? "/";
     const allowed = allRoutes().filter((r) => matchPattern(r.route, path)).map((r) => r.method);
     if (allowed.length > 0) {
-      throw Object.assign(new GatewayError(405, "gateway.method_not_allowed", `${request.method} is not supported on ${path}; use ${allowed.join(" or ")}`), { allow: allowed.join(", ") });
+      throw new MethodNotAllowed(`${request.method} is not supported on ${path}; use ${allowed.join(" or ")}`, allowed.join(", "));
     }
     throw new GatewayError(404, "gateway.route_not_found", `no route ${request.method} ${path}; the API is under /v1/sessions`);
   });
@@ -198,15 +205,15 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
 
   for (const spec of CONTRACT.operations) {
     if (spec.rpc === "StreamEvents" || spec.rpc === "CreateWorkspace" || spec.rpc === "ExportWorkspace") continue;
-    const operation = options.operations[spec.rpc];
-    if (!operation) throw new Error(`the contract's ${spec.rpc} has no operation`);
+    const operation = endpointOf(options.operations, spec);
+    const query = queryFields(spec);
     app.route({
       method: spec.method, url: spec.route, schema: spec.schemas,
       // A bundle to import holds a whole log and its spilled objects.
       ...(spec.rpc === "ImportSession" ? { bodyLimit: MAX_IMPORT_BYTES } : {}),
       preValidation: async (request) => requireBody(spec, request),
       handler: async (request, reply) => {
-        const result = await inSpan(request, () => operation(callOf(request), requestOf(spec, request)));
+        const result = await inSpan(request, () => operation.run(callOf(request), requestOf(query, request)));
         // Already serialized (JSON.stringify of the body, as Fastify would have): sent as it is.
         if (result.json !== undefined) return reply.code(spec.status).headers(result.headers ?? {}).type("application/json; charset=utf-8").send(result.json);
         return reply.code(spec.status).headers(result.headers ?? {}).send(result.body);
@@ -215,15 +222,16 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
   }
 
   const events = operationSpec("StreamEvents");
+  const eventsQuery = queryFields(events);
   app.route({
     method: "GET", url: events.route, schema: events.schemas,
     handler: async (request, reply) => {
-      const query = request.query as { from?: string; follow?: string };
+      const message = gatewayV1.StreamEventsRequest.fromJSON(requestOf(eventsQuery, request));
       const lastEventId = request.headers["last-event-id"];
-      const position = streamPosition({ lastEventId: typeof lastEventId === "string" ? lastEventId : undefined, from: query.from, follow: query.follow });
+      const position = streamPosition({ lastEventId: typeof lastEventId === "string" ? lastEventId : undefined, from: message.from, follow: message.follow });
       const gone = new AbortController();
       reply.raw.on("close", () => gone.abort());
-      const stream = await inSpan(request, () => openEvents(context, callOf(request), (request.params as { id: string }).id, position, gone.signal));
+      const stream = await inSpan(request, () => openEvents(context, callOf(request), message.id, position, gone.signal));
       reply.hijack();
       await sendEvents(reply.raw, stream, context.options.keepaliveMs);
       endSpan(states.get(request), request, 200);
@@ -247,7 +255,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
         if (hasBody && !["application/x-tar", "application/tar", "application/gzip", "application/x-gzip", "application/octet-stream"].includes(type)) {
           throw new GatewayError(415, "gateway.unsupported_media_type", `a workspace upload must be a tar archive (content-type application/x-tar, or application/gzip for .tar.gz), got ${JSON.stringify(type || "none")}; send no body for an empty workspace`);
         }
-        const title = (request.query as { title?: string }).title ?? "";
+        const { title } = gatewayV1.CreateWorkspaceRequest.fromJSON(request.query);
         const result = await inSpan(request, () => workspaces.create(callOf(request), { title, archive: hasBody ? request.raw : undefined }));
         return reply.code(create.status).headers(result.headers ?? {}).send(result.body);
       },
@@ -256,7 +264,8 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
     scope.route({
       method: "GET", url: exported.route, schema: exported.schemas,
       handler: async (request, reply) => {
-        const archive = await inSpan(request, () => options.workspaces.archive(callOf(request), (request.params as { id: string }).id));
+        const { id } = gatewayV1.ExportWorkspaceRequest.fromJSON(request.params);
+        const archive = await inSpan(request, () => options.workspaces.archive(callOf(request), id));
         reply.raw.once("close", () => void archive.done());
         return reply.code(200).headers({ "content-type": "application/x-tar", "content-disposition": `attachment; filename="${archive.id}.tar"`, "content-length": String(archive.size) }).send(archive.data);
       },
@@ -286,12 +295,42 @@ async function requireBody(spec: OperationSpec, request: FastifyRequest): Promis
   }
 }
 
-/** The operation's request in its REST form: the query fields the contract declares, the body, then the path parameters. */
-function requestOf(spec: OperationSpec, request: FastifyRequest): Record<string, unknown> {
-  const declared = Object.keys((spec.schemas.querystring?.properties as object | undefined) ?? {});
-  const query = request.query as Record<string, unknown>;
-  const picked = Object.fromEntries(declared.filter((k) => query[k] !== undefined).map((k) => [k, query[k]]));
-  return { ...picked, ...(request.body as Record<string, unknown> | undefined), ...(request.params as Record<string, unknown>) };
+/** The query fields an operation's contract declares. */
+function queryFields(spec: OperationSpec): readonly string[] {
+  const properties = spec.schemas.querystring?.properties;
+  return isRecord(properties) ? Object.keys(properties) : [];
+}
+
+/** The operation's request in its REST form: the declared query fields, the body, then the path parameters. */
+function requestOf(declared: readonly string[], request: FastifyRequest): Record<string, unknown> {
+  const form: Record<string, unknown> = {};
+  const { query, body, params } = request;
+  if (isRecord(query)) for (const key of declared) if (query[key] !== undefined) form[key] = query[key];
+  if (isRecord(body)) Object.assign(form, body);
+  if (isRecord(params)) Object.assign(form, params);
+  return form;
+}
+
+/** Whether a parsed JSON value (or Fastify's query or path parameters) is an object. */
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Fastify's path parameters of a route (all text). */
+function stringParams(params: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (isRecord(params)) for (const [key, value] of Object.entries(params)) if (typeof value === "string") out[key] = value;
+  return out;
+}
+
+/** A 405 with the methods the path takes (the `allow` header). */
+class MethodNotAllowed extends GatewayError {
+  readonly allow: string;
+
+  constructor(message: string, allow: string) {
+    super(405, "gateway.method_not_allowed", message);
+    this.allow = allow;
+  }
 }
 
 /** Fastify's own refusals in the gateway's words and codes. */
@@ -358,8 +397,9 @@ function endSpan(state: RequestState | undefined, request: FastifyRequest, statu
   if (!state || state.ended) return;
   state.ended = true;
   state.span.setAttribute("http.response.status_code", status);
-  const id = (request.params as { id?: string } | undefined)?.id;
-  if (id && request.routeOptions.url?.startsWith("/v1/sessions/")) state.span.setAttribute("tack.session_id", id);
+  const { params } = request;
+  const id = isRecord(params) ? params.id : undefined;
+  if (typeof id === "string" && id !== "" && request.routeOptions.url?.startsWith("/v1/sessions/")) state.span.setAttribute("tack.session_id", id);
   if (status >= 500) state.span.setStatus({ code: SpanStatusCode.ERROR });
   state.span.end();
 }
@@ -395,7 +435,7 @@ function frameOf(chunk: Buffer): Buffer {
  * the order is kept), else through the response. False: wait for `drain` before writing more.
  */
 function writeBatch(res: ServerResponse, batch: readonly Event[]): boolean {
-  const chunked = (res as ServerResponse & { chunkedEncoding?: boolean }).chunkedEncoding === true;
+  const chunked = "chunkedEncoding" in res && res.chunkedEncoding === true;
   if (!chunked || !res.socket) return res.write(Buffer.concat(batch.map(sseChunk).map(frameOf)));
   return res.socket.write(batchChunk(batch));
 }
@@ -466,14 +506,14 @@ export function matchPattern(pattern: string, path: string): boolean {
 }
 
 /** V8's JSON.parse message with its character position as line and column. */
-function describeJsonError(text: string, error: Error): string {
-  const at = /at position (\d+)/.exec(error.message);
-  if (!at) return error.message;
+function describeJsonError(text: string, message: string): string {
+  const at = /at position (\d+)/.exec(message);
+  if (!at) return message;
   const offset = Number(at[1]);
   const before = text.slice(0, offset);
   const line = before.split("\n").length;
   const column = offset - before.lastIndexOf("\n");
-  return error.message.replace(/ in JSON at position \d+| at position \d+/, ` at line ${line}, column ${column}`);
+  return message.replace(/ in JSON at position \d+| at position \d+/, ` at line ${line}, column ${column}`);
 }
 
 /**
@@ -488,12 +528,12 @@ export function rawRoutes(routes: readonly { method: string; pattern: string; ha
       if (route.method === "HEAD") continue;
       if (route.pattern === "/v1" || route.pattern.startsWith("/v1/")) throw new Error(`a raw route may not be under /v1: ${route.pattern}`);
       app.route({
-        method: route.method as "GET", url: route.pattern, config: OPEN,
+        method: route.method, url: route.pattern, config: OPEN,
         handler: async (request, reply) => {
           reply.hijack();
           const exchange: Exchange = {
             req: request.raw, res: reply.raw, url: new URL(`http://gateway${request.raw.url ?? "/"}`), route: route.pattern,
-            params: request.params as Record<string, string>, tenant: undefined,
+            params: stringParams(request.params), tenant: undefined,
           };
           try {
             await route.handler(exchange);

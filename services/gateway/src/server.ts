@@ -1,6 +1,7 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { Kysely } from "kysely";
 import { Bus, TackError } from "@tack/bus";
+import { gatewayV1 } from "@tack/proto";
 import { registerMicro } from "@tack/bus";
 import { logger } from "@tack/telemetry";
 import { createKey, listKeys, listTenants, revokeKey } from "./admin.js";
@@ -8,7 +9,7 @@ import { answerQuestion, decideApproval, decidePlan } from "./approvals.js";
 import { AuditLog, callerActor, listAudit } from "./audit.js";
 import { forgetKey } from "./auth.js";
 import { ReplicaChanges } from "./changes.js";
-import type { Operation } from "./call.js";
+import { endpoint, type Endpoint } from "./call.js";
 import { sessionContext } from "./context.js";
 import { forkSession, importSession } from "./copy.js";
 import { openDatabase, ping, type Database } from "./db.js";
@@ -21,12 +22,13 @@ import { openApiDocument } from "./openapi.js";
 import { compileOptions, type GatewayOptions } from "./options.js";
 import { TenantPolicies } from "./policy.js";
 import { buildRest } from "./rest.js";
-import { getTodos } from "./session-state.js";
-import { archiveSession, cancelTurn, compactSession, createSession, getSession, listSessions, submitMessage, type GatewayContext } from "./sessions.js";
+import type { GatewayContext } from "./gateway-context.js";
+import { archiveSession, cancelTurn, compactSession, createSession, getSession, getTodos, listSessions, submitMessage } from "./sessions.js";
 import { SessionIndex } from "./store.js";
 import { tenantUsage } from "./usage.js";
 import { webSearchHealth } from "./web.js";
 import { WorkspaceIndex, WorkspaceOperations } from "./workspaces.js";
+import { errorMessage } from "./thrown.js";
 
 /** A running gateway. */
 export interface Gateway {
@@ -65,7 +67,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     const bus = await Bus.connect({ url: compiled.natsUrl, namespace: compiled.namespace, name: "tack-gateway", ...options.natsAuth });
     cleanup.push(() => bus.close());
     const jsm = await jetstreamManager(bus.nc).catch((error: unknown) => {
-      throw new TackError("gateway.jetstream_unavailable", `NATS at ${compiled.natsUrl} has no JetStream (${(error as Error).message}); start nats-server with -js`, { cause: error });
+      throw new TackError("gateway.jetstream_unavailable", `NATS at ${compiled.natsUrl} has no JetStream (${errorMessage(error)}); start nats-server with -js`, { cause: error });
     });
     const shutdown = new AbortController();
     // What another replica changed: a revoked key is no longer trusted here and its streams end; a changed session row is read again.
@@ -88,36 +90,36 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     const sweeper = startRetentionSweep(context, { maxAgeDays: retention.sessionMaxAgeDays, intervalMs: retention.sweepIntervalMinutes * 60_000 }, log);
     cleanup.push(() => sweeper.stop());
 
-    // One function per unary rpc of tack.gateway.v1.Gateway; REST and gRPC both call these.
-    const operations: Record<string, Operation> = {
-      CreateSession: createSession(context),
-      ListSessions: listSessions(context),
-      GetSession: getSession(context),
-      DeleteSession: deleteSessionRoute(context),
-      SubmitMessage: submitMessage(context),
-      DecideApproval: decideApproval(context),
-      AnswerQuestion: answerQuestion(context),
-      DecidePlan: decidePlan(context),
-      SetPlanMode: setPlanMode(context),
-      SetSessionMode: setSessionMode(context),
-      SetSandboxMode: setSandboxMode(context),
-      GetTodos: getTodos(context),
-      GetContext: sessionContext(context),
-      CancelTurn: cancelTurn(context),
-      CompactSession: compactSession(context),
-      ArchiveSession: archiveSession(context),
-      ExportSession: exportSession(context),
-      ForkSession: forkSession(context),
-      ImportSession: importSession(context),
-      GetUsage: tenantUsage(context),
-      ListAudit: listAudit(context.audit),
-      WebSearchHealth: webSearchHealth(context),
-      ListWorkspaces: workspaces.list(),
-      DeleteWorkspace: workspaces.delete(),
-      CreateKey: createKey(context),
-      ListKeys: listKeys(context),
-      RevokeKey: revokeKey(context),
-      ListTenants: listTenants(context),
+    // One function per unary rpc of tack.gateway.v1.Gateway, bound to its request message; REST and gRPC both call these.
+    const operations: Record<string, Endpoint> = {
+      CreateSession: endpoint(gatewayV1.CreateSessionRequest, createSession(context)),
+      ListSessions: endpoint(gatewayV1.ListSessionsRequest, listSessions(context)),
+      GetSession: endpoint(gatewayV1.GetSessionRequest, getSession(context)),
+      DeleteSession: endpoint(gatewayV1.DeleteSessionRequest, deleteSessionRoute(context)),
+      SubmitMessage: endpoint(gatewayV1.SubmitMessageRequest, submitMessage(context)),
+      DecideApproval: endpoint(gatewayV1.DecideApprovalRequest, decideApproval(context)),
+      AnswerQuestion: endpoint(gatewayV1.AnswerQuestionRequest, answerQuestion(context)),
+      DecidePlan: endpoint(gatewayV1.DecidePlanRequest, decidePlan(context)),
+      SetPlanMode: endpoint(gatewayV1.SetPlanModeRequest, setPlanMode(context)),
+      SetSessionMode: endpoint(gatewayV1.SetSessionModeRequest, setSessionMode(context)),
+      SetSandboxMode: endpoint(gatewayV1.SetSandboxModeRequest, setSandboxMode(context)),
+      GetTodos: endpoint(gatewayV1.GetTodosRequest, getTodos(context)),
+      GetContext: endpoint(gatewayV1.GetContextRequest, sessionContext(context)),
+      CancelTurn: endpoint(gatewayV1.CancelTurnRequest, cancelTurn(context)),
+      CompactSession: endpoint(gatewayV1.CompactSessionRequest, compactSession(context)),
+      ArchiveSession: endpoint(gatewayV1.ArchiveSessionRequest, archiveSession(context)),
+      ExportSession: endpoint(gatewayV1.ExportSessionRequest, exportSession(context)),
+      ForkSession: endpoint(gatewayV1.ForkSessionRequest, forkSession(context)),
+      ImportSession: endpoint(gatewayV1.ImportSessionRequest, importSession(context)),
+      GetUsage: endpoint(gatewayV1.GetUsageRequest, tenantUsage(context)),
+      ListAudit: endpoint(gatewayV1.ListAuditRequest, listAudit(context.audit)),
+      WebSearchHealth: endpoint(gatewayV1.WebSearchHealthRequest, webSearchHealth(context)),
+      ListWorkspaces: endpoint(gatewayV1.ListWorkspacesRequest, workspaces.list()),
+      DeleteWorkspace: endpoint(gatewayV1.DeleteWorkspaceRequest, workspaces.delete()),
+      CreateKey: endpoint(gatewayV1.CreateKeyRequest, createKey(context)),
+      ListKeys: endpoint(gatewayV1.ListKeysRequest, listKeys(context)),
+      RevokeKey: endpoint(gatewayV1.RevokeKeyRequest, revokeKey(context)),
+      ListTenants: endpoint(gatewayV1.ListTenantsRequest, listTenants(context)),
     };
     let document: Record<string, unknown> | undefined;
     const routes: { method: string; url: string }[] = [];
@@ -139,7 +141,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       grpc = await startGrpc({ context, operations, workspaces, log, health: () => health(context, db) }, compiled.host, compiled.grpcPort);
       cleanup.push(() => grpc!.stop());
     }
-    const port = app.server.address() && typeof app.server.address() === "object" ? (app.server.address() as { port: number }).port : compiled.port;
+    const address = app.server.address();
+    const port = address !== null && typeof address === "object" ? address.port : compiled.port;
     const host = compiled.host.includes(":") ? `[${compiled.host}]` : compiled.host;
     let stopped: Promise<void> | undefined;
     return {
@@ -165,7 +168,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
 /** `GET /healthz` (no auth): 200 when the index answers and the bus connection is open, else 503. */
 async function health(context: GatewayContext, db: Kysely<Database>): Promise<{ status: number; body: unknown }> {
   const problems: string[] = [];
-  await ping(db).catch((error: unknown) => problems.push(`session index: ${(error as Error).message}`));
+  await ping(db).catch((error: unknown) => problems.push(`session index: ${errorMessage(error)}`));
   if (context.bus.nc.isClosed()) problems.push("bus: the NATS connection is closed");
   return problems.length === 0 ? { status: 200, body: { status: "ok" } } : { status: 503, body: { status: "unavailable", problems } };
 }

@@ -5,6 +5,9 @@ import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
 import type { SessionView } from "./feeds.js";
 import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
+
+// session-state.ts still imports these from here (its GetTodos moved here, beside GetSession).
+export { requireSession, type GatewayContext } from "./gateway-context.js";
 import type { SessionFilter, SessionRow } from "./store.js";
 import { sandboxModeField } from "./validation.js";
 import { sessionWorkspace } from "./workspaces.js";
@@ -116,6 +119,14 @@ export function getSession(context: GatewayContext): Operation<gatewayV1.GetSess
     if (answers.size >= 10_000) answers.clear();
     answers.set(row.id, { row, view, reply });
     return reply;
+  };
+}
+
+/** `GetTodos`: the session's current task list (the last `todo_write`). */
+export function getTodos(context: GatewayContext): Operation<gatewayV1.GetTodosRequest> {
+  return async (call, request) => {
+    const row = await requireSession(context, call, request.id);
+    return { body: { todos: (await context.feeds.view(row)).state.todos } };
   };
 }
 

@@ -1,7 +1,7 @@
 import { Kvm } from "@nats-io/kv";
-import type { Event } from "@tack/proto";
+import type { Bus } from "@tack/bus";
+import type { Event, gatewayV1 } from "@tack/proto";
 import type { Operation } from "./call.js";
-import type { GatewayContext } from "./sessions.js";
 
 /** Money and tokens of one session, in total and per turn, summed from its log. */
 export interface SessionUsage {
@@ -50,7 +50,7 @@ export function sessionUsage(events: readonly Event[]): SessionUsage {
 }
 
 /** `GetUsage`: what the caller's tenant has spent, as recorded by the loop for tenant budgets. */
-export function tenantUsage(context: GatewayContext): Operation {
+export function tenantUsage(context: { readonly bus: Bus }): Operation<gatewayV1.GetUsageRequest> {
   return async (call) => {
     const tenant = call.tenant;
     const kv = await new Kvm(context.bus.nc).open(context.bus.names.spendBucket).catch(() => undefined);

@@ -5,7 +5,7 @@
 import AjvCompiler from "@fastify/ajv-compiler";
 import { isSandboxMode, SANDBOX_MODES, type SandboxMode } from "@tack/config";
 import type { FastifySchemaCompiler } from "fastify";
-import { CONTRACT, type JsonSchema, type OperationSpec } from "./gen/contract.js";
+import { CONTRACT, type JsonSchema } from "./gen/contract.js";
 import { GatewayError } from "./errors.js";
 
 /** One ajv refusal, as much of it as the messages use (ajv's `ErrorObject` with `verbose`). */
@@ -17,20 +17,21 @@ export interface SchemaIssue {
   readonly data?: unknown;
 }
 
-type Validate = ((data: unknown) => boolean) & { errors?: SchemaIssue[] | null };
 
 // Bodies are JSON: no type coercion (a "5" is not a number). Query strings and path parameters
 // are text: coerced to the schema's integer or boolean. Both check every field (`allErrors`), so
 // a refusal names all that is wrong; the body limit (1 MiB) and the schemas' maxItems bound the work.
-const COMMON = { allErrors: true, verbose: true, useDefaults: true, removeAdditional: false, keywords: ["x-errors", "x-required"] } as const;
-const buildBody = AjvCompiler()({}, { customOptions: { ...COMMON, coerceTypes: false } } as never) as unknown as (route: { schema: JsonSchema }) => Validate;
-const buildText = AjvCompiler()({}, { customOptions: { ...COMMON, coerceTypes: true } } as never) as unknown as (route: { schema: JsonSchema }) => Validate;
+const COMMON = { allErrors: true, verbose: true, useDefaults: true, removeAdditional: false, keywords: ["x-errors", "x-required"] };
+const buildBody = AjvCompiler()({}, { customOptions: { ...COMMON, coerceTypes: false } });
+const buildText = AjvCompiler()({}, { customOptions: { ...COMMON, coerceTypes: true } });
+
+type Validate = ReturnType<typeof buildBody>;
 
 /** Fastify's validator compiler for the gateway: the body without coercion, query and path with it. */
 export const validatorCompiler: FastifySchemaCompiler<JsonSchema> = ({ schema, httpPart }) => {
   const validate = httpPart === "body" ? buildBody({ schema }) : buildText({ schema });
   return (data: unknown) => {
-    const issues = validate(data) ? [] : [...(validate.errors ?? [])];
+    const issues: SchemaIssue[] = validate(data) ? [] : [...(validate.errors ?? [])];
     issues.push(...infinite(data, ""));
     return issues.length === 0 ? { value: data } : { error: Object.assign(new Error("invalid"), { validation: issues }) };
   };
@@ -61,14 +62,15 @@ const number = (n: unknown) => (typeof n === "number" ? n.toLocaleString("en-US"
 function messageOf(issue: SchemaIssue): string {
   const schema = issue.parentSchema ?? {};
   if (issue.keyword === "required") {
-    const property = (schema.properties as Record<string, Record<string, unknown>> | undefined)?.[String(issue.params.missingProperty)];
-    const hint = property?.["x-required"];
+    const property = isRecord(schema.properties) ? schema.properties[String(issue.params.missingProperty)] : undefined;
+    const hint = isRecord(property) ? property["x-required"] : undefined;
     return typeof hint === "string" ? `is required: ${hint}` : "is required";
   }
   if (issue.keyword === "additionalProperties") return `Unrecognized key: ${JSON.stringify(issue.params.additionalProperty)}`;
-  const own = (schema["x-errors"] as Record<string, string> | undefined)?.[issue.keyword];
+  const errors = schema["x-errors"];
+  const own = isRecord(errors) ? errors[issue.keyword] : undefined;
   const value = issue.data === undefined ? "nothing" : truncate(JSON.stringify(issue.data));
-  if (own) return own.replace("{value}", value);
+  if (typeof own === "string" && own !== "") return own.replace("{value}", value);
   const p = issue.params;
   switch (issue.keyword) {
     case "type": {
@@ -89,7 +91,7 @@ function messageOf(issue: SchemaIssue): string {
     case "exclusiveMaximum": return `must be less than ${number(p.limit)}`;
     case "minItems": return `must hold at least ${number(p.limit)} items`;
     case "maxItems": return `must hold at most ${number(p.limit)} items`;
-    case "enum": return `must be one of ${(p.allowedValues as unknown[]).join(", ")}, got ${value}`;
+    case "enum": return `must be one of ${Array.isArray(p.allowedValues) ? p.allowedValues.join(", ") : String(p.allowedValues)}, got ${value}`;
     case "pattern": return `must match ${String(p.pattern)}, got ${value}`;
     case "finite": return "must be a finite number (this one is too large)";
     default: return `must satisfy ${issue.keyword}`;
@@ -118,13 +120,28 @@ export function schemaError(part: string, issues: readonly SchemaIssue[]): Gatew
   return new GatewayError(400, "gateway.invalid_query", `invalid query: ${summary}`, { details: fields });
 }
 
-const GRPC_VALIDATORS = new Map<string, { spec: OperationSpec; parts: [string, Validate][] }>();
+/** One part of an operation's request (path, query or body) as gRPC requests are checked against it. */
+interface GrpcPart {
+  readonly part: "params" | "querystring" | "body";
+  readonly validate: Validate;
+  /** Its fields: the proto (snake_case) name and the ts-proto (camelCase) one. */
+  readonly fields: readonly { readonly name: string; readonly camel: string; readonly required: boolean }[];
+}
+
+function grpcPart(part: GrpcPart["part"], schema: JsonSchema, validate: Validate): GrpcPart {
+  const required = new Set(Array.isArray(schema.required) ? schema.required.map(String) : []);
+  const names = isRecord(schema.properties) ? Object.keys(schema.properties) : [];
+  return { part, validate, fields: names.map((name) => ({ name, camel: name.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()), required: required.has(name) })) };
+}
+
+const GRPC_VALIDATORS = new Map<string, readonly GrpcPart[]>();
 for (const spec of CONTRACT.operations) {
-  const parts: [string, Validate][] = [];
-  if (spec.schemas.params) parts.push(["params", buildText({ schema: spec.schemas.params })]);
-  if (spec.schemas.querystring) parts.push(["querystring", buildBody({ schema: spec.schemas.querystring })]);
-  if (spec.schemas.body) parts.push(["body", buildBody({ schema: spec.schemas.body })]);
-  GRPC_VALIDATORS.set(spec.rpc, { spec, parts });
+  const parts: GrpcPart[] = [];
+  const { params, querystring, body } = spec.schemas;
+  if (params) parts.push(grpcPart("params", params, buildText({ schema: params })));
+  if (querystring) parts.push(grpcPart("querystring", querystring, buildBody({ schema: querystring })));
+  if (body) parts.push(grpcPart("body", body, buildBody({ schema: body })));
+  GRPC_VALIDATORS.set(spec.rpc, parts);
 }
 
 /** `sandboxMode` → `sandbox_mode`: a ts-proto field name back to its proto (and REST) name. */
@@ -138,23 +155,23 @@ function protoName(key: string): string {
  * that required fields are reported missing and REST defaults apply, a `false` kept where the
  * schema requires the field. Refused with the same 400s as REST (as INVALID_ARGUMENT).
  */
-export function grpcRequest(rpc: string, message: Record<string, unknown>): Record<string, unknown> {
-  const entry = GRPC_VALIDATORS.get(rpc);
-  if (!entry) throw new Error(`no operation ${rpc} in the contract`);
+export function grpcRequest(rpc: string, message: object): Record<string, unknown> {
+  const parts = GRPC_VALIDATORS.get(rpc);
+  if (!parts) throw new Error(`no operation ${rpc} in the contract`);
+  const fields = new Map(Object.entries(message));
   const request: Record<string, unknown> = {};
-  for (const [part, validate] of entry.parts) {
-    const schema = entry.spec.schemas[part as "body"]!;
-    const required = new Set((schema.required as string[] | undefined) ?? []);
+  for (const { part, validate, fields: declared } of parts) {
     const value: Record<string, unknown> = {};
-    for (const name of Object.keys(schema.properties as object)) {
-      const camel = name.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
-      const field = snake(message[camel]);
+    for (const { name, camel, required } of declared) {
+      const given: unknown = fields.get(camel);
+      const field = snake(given);
       if (field === undefined) continue;
-      if (!required.has(name) && isDefault(field) && !optionalPresent(message, camel)) continue;
-      if (required.has(name) && isDefault(field) && typeof field !== "boolean") continue;
+      // ts-proto leaves a proto3 `optional` field undefined when absent; a present boolean keeps its value, even false.
+      if (!required && isDefault(field) && typeof given !== "boolean") continue;
+      if (required && isDefault(field) && typeof field !== "boolean") continue;
       value[name] = field;
     }
-    const issues = validate(value) ? [] : [...(validate.errors ?? [])];
+    const issues: SchemaIssue[] = validate(value) ? [] : [...(validate.errors ?? [])];
     issues.push(...infinite(value, ""));
     if (issues.length > 0) throw schemaError(part === "body" ? "body" : "query", issues);
     Object.assign(request, value);
@@ -162,9 +179,9 @@ export function grpcRequest(rpc: string, message: Record<string, unknown>): Reco
   return request;
 }
 
-function optionalPresent(message: Record<string, unknown>, camel: string): boolean {
-  // ts-proto leaves a proto3 `optional` field undefined when absent; a present one keeps its value, even a default.
-  return Object.hasOwn(message, camel) && message[camel] !== undefined && (typeof message[camel] === "boolean");
+/** Whether a value is a JSON object (not null, not an array). */
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function isDefault(value: unknown): boolean {

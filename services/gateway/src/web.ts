@@ -1,7 +1,7 @@
-import { WebSearchHealthRequest, WebSearchHealthResponse } from "@tack/proto";
+import { WebSearchHealthRequest, WebSearchHealthResponse, type gatewayV1 } from "@tack/proto";
 import { GatewayError } from "./errors.js";
 import type { Operation } from "./call.js";
-import type { GatewayContext } from "./sessions.js";
+import type { GatewayContext } from "./gateway-context.js";
 
 /**
  * `WebSearchHealth` (`GET /v1/web/search/health`): each web_search provider as the tools service sees it (has a
@@ -9,9 +9,9 @@ import type { GatewayContext } from "./sessions.js";
  * from the tools service's recent states; `?refresh=true` (admin keys only, since a probe can
  * cost a paid query) probes every configured provider now.
  */
-export function webSearchHealth(context: GatewayContext): Operation {
+export function webSearchHealth(context: GatewayContext): Operation<gatewayV1.WebSearchHealthRequest> {
   return async (call, request) => {
-    const refresh = ["1", "true"].includes((request.refresh as string | undefined) ?? "");
+    const refresh = ["1", "true"].includes(request.refresh);
     if (refresh && call.caller.role !== "admin") {
       throw new GatewayError(403, "gateway.forbidden", "refresh=true probes the providers (a probe may cost a query) and needs an admin key; leave it out to read the recent states", {
         details: { role_needed: "admin", role: call.caller.role },

@@ -3,7 +3,7 @@ import { Readable, Transform } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { Objm, StorageType, type ObjectStore } from "@nats-io/obj";
 import type { Kysely, Selectable } from "kysely";
-import { TackError } from "@tack/bus";
+import { TackError, type Bus } from "@tack/bus";
 import { authorizeWorkspace, tenantPolicy, WorkspaceAccessError } from "@tack/config";
 import {
   CreateWorkspaceRequest,
@@ -12,11 +12,12 @@ import {
   DeleteWorkspaceResponse,
   ExportWorkspaceRequest,
   ExportWorkspaceResponse,
+  type gatewayV1,
 } from "@tack/proto";
 import { timestamp, type Database, type WorkspacesTable } from "./db.js";
 import { GatewayError } from "./errors.js";
 import type { Call, Operation, Reply } from "./call.js";
-import type { GatewayContext } from "./sessions.js";
+import type { CompiledOptions } from "./options.js";
 
 /** A managed workspace as the index stores it. */
 export type WorkspaceRow = Selectable<WorkspacesTable>;
@@ -25,6 +26,12 @@ export type WorkspaceRow = Selectable<WorkspacesTable>;
 export interface WorkspaceChoice {
   readonly workspace?: string | undefined;
   readonly workspace_id?: string | undefined;
+}
+
+/** What the workspace operations use of the gateway's context. */
+export interface WorkspaceContext {
+  readonly bus: Bus;
+  readonly options: CompiledOptions;
 }
 
 // Creating, packing or deleting a workspace may move a few hundred megabytes on the sandbox host.
@@ -76,7 +83,7 @@ export class WorkspaceIndex {
  * in the index: the gateway may share no filesystem with the sandbox hosts), or a directory
  * that `authorizeWorkspace` allows (403 `gateway.workspace_forbidden` naming the roots).
  */
-export async function sessionWorkspace(context: GatewayContext, workspaces: WorkspaceIndex, tenant: string, choice: WorkspaceChoice): Promise<string> {
+export async function sessionWorkspace(context: WorkspaceContext, workspaces: WorkspaceIndex, tenant: string, choice: WorkspaceChoice): Promise<string> {
   if (choice.workspace_id !== undefined) {
     const row = await workspaces.get(tenant, choice.workspace_id);
     if (!row) throw workspaceNotFound(choice.workspace_id);
@@ -112,14 +119,14 @@ export interface WorkspaceArchive {
 
 /** The managed workspace operations: create (empty or from a tar upload), list, download as tar, delete with its sessions. */
 export class WorkspaceOperations {
-  readonly #context: GatewayContext;
+  readonly #context: WorkspaceContext;
   readonly #index: WorkspaceIndex;
   readonly #deleteSession: (call: Call, sessionId: string) => Promise<void>;
   #store: Promise<ObjectStore> | undefined;
   // Creations under way per tenant: they count against max_workspaces until they are in the index or failed.
   readonly #creating = new Map<string, number>();
 
-  constructor(context: GatewayContext, index: WorkspaceIndex, deleteSession: (call: Call, sessionId: string) => Promise<void>) {
+  constructor(context: WorkspaceContext, index: WorkspaceIndex, deleteSession: (call: Call, sessionId: string) => Promise<void>) {
     this.#context = context;
     this.#index = index;
     this.#deleteSession = deleteSession;
@@ -170,7 +177,7 @@ export class WorkspaceOperations {
       archiveObject = `${tenant}.${id}.upload`;
       await (await this.#objects()).put({ name: archiveObject }, Readable.toWeb(upload.archive.pipe(limit(max))) as unknown as ReadableStream<Uint8Array>).catch((error: unknown) => {
         // The object store wraps the stream's own failure (the 413 of `limit`): answer with that one.
-        const cause = (error as { cause?: unknown }).cause;
+        const cause = error instanceof Error ? error.cause : undefined;
         throw cause instanceof GatewayError ? cause : error;
       });
     }
@@ -197,12 +204,12 @@ export class WorkspaceOperations {
   }
 
   /** `ListWorkspaces`: the caller's managed workspaces. */
-  list(): Operation {
+  list(): Operation<gatewayV1.ListWorkspacesRequest> {
     return async (call) => ({ body: { workspaces: (await this.#index.list(call.tenant)).map(workspaceJson) } });
   }
 
   /** `ExportWorkspace`: the workspace's files as a tar archive, packed on the sandbox host. */
-  async archive(call: Call, id: unknown): Promise<WorkspaceArchive> {
+  async archive(call: Call, id: string): Promise<WorkspaceArchive> {
     const row = await this.#require(call, id);
     const { bus } = this.#context;
     const archiveObject = `${row.tenant}.${row.id}.export.${randomBytes(4).toString("hex")}`;
@@ -220,7 +227,7 @@ export class WorkspaceOperations {
   }
 
   /** `DeleteWorkspace`: deletes every session working in it (as `DeleteSession` would), then its files and row. */
-  delete(): Operation {
+  delete(): Operation<gatewayV1.DeleteWorkspaceRequest> {
     return async (call, request) => {
       const row = await this.#require(call, request.id);
       const sessions = await this.#index.sessionsOn(row.tenant, row.path);
@@ -232,10 +239,9 @@ export class WorkspaceOperations {
     };
   }
 
-  async #require(call: Call, id: unknown): Promise<WorkspaceRow> {
-    const text = typeof id === "string" ? id : "";
-    const row = text === "" ? undefined : await this.#index.get(call.tenant, text);
-    if (!row) throw workspaceNotFound(text);
+  async #require(call: Call, id: string): Promise<WorkspaceRow> {
+    const row = id === "" ? undefined : await this.#index.get(call.tenant, id);
+    if (!row) throw workspaceNotFound(id);
     return row;
   }
 

@@ -4,12 +4,12 @@
 // reports NOT_SERVING. The full stack's answer (SERVING on a healthy gateway) is in contract.test.ts.
 import { afterEach, describe, expect, it } from "vitest";
 import { credentials, status as GrpcCode, type ServiceError } from "@grpc/grpc-js";
-import { healthV1 } from "@tack/proto";
+import { gatewayV1, healthV1 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { CONTRACT } from "../src/gen/contract.js";
 import { startGrpc, type GrpcGateway } from "../src/grpc.js";
-import type { Operation } from "../src/call.js";
-import type { GatewayContext } from "../src/sessions.js";
+import type { Endpoint } from "../src/call.js";
+import type { GatewayContext } from "../src/gateway-context.js";
 import type { WorkspaceOperations } from "../src/workspaces.js";
 
 const { SERVING, NOT_SERVING, SERVICE_UNKNOWN } = healthV1.HealthCheckResponse_ServingStatus;
@@ -26,8 +26,8 @@ afterEach(async () => {
 
 /** A gRPC server whose health is `healthy()`; the gateway operations are never called here. */
 async function start(healthy: () => boolean): Promise<InstanceType<typeof healthV1.HealthClient>> {
-  const never: Operation = async () => { throw new Error("not called in this test"); };
-  const operations = Object.fromEntries(CONTRACT.operations.map((o) => [o.rpc, never]));
+  const run: Endpoint["run"] = async () => { throw new Error("not called in this test"); };
+  const operations = Object.fromEntries(CONTRACT.operations.map((o) => [o.rpc, { codec: gatewayV1[o.requestType as keyof typeof gatewayV1], run }]));
   server = await startGrpc({
     context: {} as GatewayContext, operations, workspaces: {} as WorkspaceOperations, log: logger("gateway-health-test"),
     health: async () => ({ status: healthy() ? 200 : 503 }), healthWatchMs: 50,
