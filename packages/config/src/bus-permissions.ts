@@ -92,7 +92,9 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
       publish: [
         // Session commands, to any loop replica or to the session's current owner.
         n.loopCreate, n.loopSubmit, n.loopDecide, n.loopMode, n.loopDelete, n.loopCancel, n.loopCompact, n.loopCopy,
+        n.loopAnswer, n.loopDecidePlan, n.loopPlanMode, n.loopToolsMode,
         n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"), n.loopSessionCancel("*"), n.loopSessionCompact("*"),
+        n.loopSessionAnswer("*"), n.loopSessionDecidePlan("*"), n.loopSessionPlanMode("*"), n.loopSessionToolsMode("*"),
         // GET /v1/sessions/:id/context counts tokens.
         n.llmCount,
         // GET /v1/web/search/health asks the tools service for its search providers' state.
@@ -116,6 +118,7 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
       publish: [
         // A queue-group command for a session another replica keeps warm is passed to that owner.
         n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"), n.loopSessionCancel("*"), n.loopSessionCompact("*"),
+        n.loopSessionAnswer("*"), n.loopSessionDecidePlan("*"), n.loopSessionPlanMode("*"), n.loopSessionToolsMode("*"),
         n.llmComplete, n.llmCheck, n.llmEstimate,
         n.toolsList, n.toolsCall, n.toolsRules, n.toolsHookConfig, n.toolsHookRun,
         // The skill catalog, a skill's body, and re-reading a skills root after a write or edit there.

@@ -1,4 +1,7 @@
-import { DecideApprovalRequest, DecideApprovalResponse, type gatewayV1 } from "@tack/proto";
+import {
+  AnswerQuestionRequest, AnswerQuestionResponse, DecideApprovalRequest, DecideApprovalResponse, DecidePlanRequest, DecidePlanResponse, type gatewayV1,
+} from "@tack/proto";
+import type { Codec } from "@tack/bus";
 import { callerActor, callerKeyId, type DecisionAction } from "./audit.js";
 import type { Call, Operation } from "./call.js";
 import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
@@ -16,7 +19,7 @@ export function decideApproval(context: GatewayContext): Operation<gatewayV1.Dec
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const request = DecideApprovalRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.callId, decision: body.decision, ...decider(call) });
-    const seq = await decide(context, call, row.id, request, "approval.decide", { call_id: request.callId, decision: request.decision });
+    const seq = await decide(context, call, row.id, DECIDE_APPROVAL, request, "approval.decide", { call_id: request.callId, decision: request.decision });
     return { body: { seq } };
   };
 }
@@ -31,10 +34,8 @@ export function answerQuestion(context: GatewayContext): Operation<gatewayV1.Ans
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const answers = body.answers.map((a) => ({ selected: a.selected, other: a.other }));
-    const request = DecideApprovalRequest.fromPartial({
-      tenant: row.tenant, sessionId: row.id, callId: body.callId, decision: "", ...decider(call), kind: "question", answers: { answers },
-    });
-    const seq = await decide(context, call, row.id, request, "question.answer", { call_id: request.callId });
+    const request = AnswerQuestionRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.callId, answers, ...decider(call) });
+    const seq = await decide(context, call, row.id, ANSWER_QUESTION, request, "question.answer", { call_id: request.callId });
     return { body: { seq } };
   };
 }
@@ -48,14 +49,28 @@ export function answerQuestion(context: GatewayContext): Operation<gatewayV1.Ans
 export function decidePlan(context: GatewayContext): Operation<gatewayV1.DecidePlanRequest> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
-    const request = DecideApprovalRequest.fromPartial({
-      tenant: row.tenant, sessionId: row.id, callId: body.callId ?? "", decision: body.approve ? "approve" : "reject",
-      ...decider(call), kind: "plan", feedback: body.feedback,
-    });
-    const seq = await decide(context, call, row.id, request, "plan.decide", { call_id: request.callId, decision: request.decision });
+    const request = DecidePlanRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.callId ?? "", approve: body.approve, feedback: body.feedback, ...decider(call) });
+    const seq = await decide(context, call, row.id, DECIDE_PLAN, request, "plan.decide", { call_id: request.callId, decision: request.approve ? "approve" : "reject" });
     return { body: { seq } };
   };
 }
+
+/** A loop rpc that records a person's decision: its subjects and codecs (one rpc per kind of decision). */
+interface LoopDecision<Req> {
+  owner(names: GatewayContext["bus"]["names"], sessionId: string): string;
+  any(names: GatewayContext["bus"]["names"]): string;
+  readonly request: Codec<Req>;
+  readonly response: Codec<{ seq: number }>;
+}
+const DECIDE_APPROVAL: LoopDecision<DecideApprovalRequest> = {
+  owner: (names, id) => names.loopSessionDecide(id), any: (names) => names.loopDecide, request: DecideApprovalRequest, response: DecideApprovalResponse,
+};
+const ANSWER_QUESTION: LoopDecision<AnswerQuestionRequest> = {
+  owner: (names, id) => names.loopSessionAnswer(id), any: (names) => names.loopAnswer, request: AnswerQuestionRequest, response: AnswerQuestionResponse,
+};
+const DECIDE_PLAN: LoopDecision<DecidePlanRequest> = {
+  owner: (names, id) => names.loopSessionDecidePlan(id), any: (names) => names.loopDecidePlan, request: DecidePlanRequest, response: DecidePlanResponse,
+};
 
 /** Who decides, from the authenticated call: the tenant as before, and the key's name and id. */
 function decider(call: Call): Pick<DecideApprovalRequest, "decidedBy" | "decidedByKey" | "decidedByKeyId"> {
@@ -63,11 +78,11 @@ function decider(call: Call): Pick<DecideApprovalRequest, "decidedBy" | "decided
 }
 
 /** Asks the loop to log the decision, then records it in the audit trail with the logged event's seq. */
-async function decide(
-  context: GatewayContext, call: Call, sessionId: string, request: DecideApprovalRequest, action: DecisionAction, details: Record<string, unknown>,
+async function decide<Req>(
+  context: GatewayContext, call: Call, sessionId: string, rpc: LoopDecision<Req>, request: Req, action: DecisionAction, details: Record<string, unknown>,
 ): Promise<number> {
   const { names } = context.bus;
-  const response = await requestLoop(context, { owner: names.loopSessionDecide(sessionId), any: names.loopDecide }, DecideApprovalRequest, request, DecideApprovalResponse);
+  const response = await requestLoop(context, { owner: rpc.owner(names, sessionId), any: rpc.any(names) }, rpc.request, request, rpc.response);
   await context.index.touchSession(sessionId);
   await context.audit.recordDecision(call.tenant, sessionId, callerActor(call), action, { ...details, seq: response.seq });
   return response.seq;

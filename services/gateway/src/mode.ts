@@ -1,4 +1,6 @@
-import { SetSandboxModeRequest, SetSandboxModeResponse, type gatewayV1 } from "@tack/proto";
+import {
+  SetPlanModeRequest, SetPlanModeResponse, SetSandboxModeRequest, SetSandboxModeResponse, SetSessionModeRequest, SetSessionModeResponse, type gatewayV1,
+} from "@tack/proto";
 import type { Operation } from "./call.js";
 import { sandboxModeField } from "./validation.js";
 import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
@@ -13,7 +15,9 @@ export function setSandboxMode(context: GatewayContext): Operation<gatewayV1.Set
     const row = await requireSession(context, call, body.id);
     const mode = sandboxModeField("mode", body.mode);
     context.policy.checkSandboxMode(call.tenant, mode);
-    const response = await changeMode(context, row.tenant, row.id, { setting: "sandbox", mode, changedBy: call.tenant });
+    const { names } = context.bus;
+    const request = SetSandboxModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, mode, changedBy: call.tenant });
+    const response = await requestLoop(context, { owner: names.loopSessionMode(row.id), any: names.loopMode }, SetSandboxModeRequest, request, SetSandboxModeResponse);
     await context.index.setSandboxMode(row.id, mode);
     return { body: { seq: response.seq, sandbox_mode: mode } };
   };
@@ -27,7 +31,9 @@ export function setPlanMode(context: GatewayContext): Operation<gatewayV1.SetPla
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const { on } = body;
-    const response = await changeMode(context, row.tenant, row.id, { setting: "plan", mode: on ? "on" : "off", changedBy: call.tenant });
+    const { names } = context.bus;
+    const request = SetPlanModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, on, changedBy: call.tenant });
+    const response = await requestLoop(context, { owner: names.loopSessionPlanMode(row.id), any: names.loopPlanMode }, SetPlanModeRequest, request, SetPlanModeResponse);
     return { body: { seq: response.seq, plan_mode: on } };
   };
 }
@@ -41,15 +47,10 @@ export function setSessionMode(context: GatewayContext): Operation<gatewayV1.Set
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const { mode } = body;
-    const response = await changeMode(context, row.tenant, row.id, { setting: "session", mode, changedBy: call.tenant });
+    const { names } = context.bus;
+    const request = SetSessionModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, mode, changedBy: call.tenant });
+    const response = await requestLoop(context, { owner: names.loopSessionToolsMode(row.id), any: names.loopToolsMode }, SetSessionModeRequest, request, SetSessionModeResponse);
     await context.index.setMode(row.id, mode);
     return { body: { seq: response.seq, mode } };
   };
-}
-
-function changeMode(context: GatewayContext, tenant: string, sessionId: string, change: { setting: string; mode: string; changedBy: string }): Promise<SetSandboxModeResponse> {
-  const { names } = context.bus;
-  // A sandbox change is sent without `setting`, as before settings existed, so older loops understand it.
-  const request = SetSandboxModeRequest.fromPartial({ tenant, sessionId, mode: change.mode, changedBy: change.changedBy, ...(change.setting === "sandbox" ? {} : { setting: change.setting }) });
-  return requestLoop(context, { owner: names.loopSessionMode(sessionId), any: names.loopMode }, SetSandboxModeRequest, request, SetSandboxModeResponse);
 }

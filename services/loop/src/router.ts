@@ -21,8 +21,6 @@ export interface Unowned {
  * on the queue subject (group `loop`) by any replica, which forwards it to a warm owner or handles it itself.
  */
 export interface RouteSpec<Req extends SessionAddressed, Res> {
-  /** The proto rpc, for errors. */
-  readonly rpc: string;
   /** The queue subject, served by every replica. */
   any(bus: Bus): string;
   /** The owner's subject of a session. */
@@ -40,7 +38,6 @@ export interface RouteSpec<Req extends SessionAddressed, Res> {
 
 /** A route with its types closed over: what the router's table holds. */
 export interface SessionRoute {
-  readonly rpc: string;
   serveOwner(bus: Bus, runtime: SessionRuntime): Subscription;
   serveAny(bus: Bus, ownership: Ownership, leaseTtlMs: number): Subscription;
 }
@@ -48,7 +45,6 @@ export interface SessionRoute {
 /** Declares a per-session rpc for the router's table. */
 export function route<Req extends SessionAddressed, Res>(spec: RouteSpec<Req, Res>): SessionRoute {
   return {
-    rpc: spec.rpc,
     serveOwner: (bus, runtime) => bus.serve(spec.owner(bus, runtime.sessionId), "loop-owner", spec.request, spec.response, (req) => spec.owned(runtime, req)),
     serveAny: (bus, ownership, leaseTtlMs) => bus.serve(spec.any(bus), "loop", spec.request, spec.response, async (req) => {
       const tenant = req.tenant || "local";

@@ -1,13 +1,14 @@
 import { TackError } from "@tack/bus";
 import {
-  CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse, DecideApprovalRequest, DecideApprovalResponse,
-  DeleteSessionRequest, DeleteSessionResponse, SetSandboxModeRequest, SetSandboxModeResponse, SubmitMessageRequest, SubmitMessageResponse,
+  AnswerQuestionRequest, AnswerQuestionResponse, CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse,
+  DecideApprovalRequest, DecideApprovalResponse, DecidePlanRequest, DecidePlanResponse, DeleteSessionRequest, DeleteSessionResponse,
+  SetPlanModeRequest, SetPlanModeResponse, SetSandboxModeRequest, SetSandboxModeResponse, SetSessionModeRequest, SetSessionModeResponse,
+  SubmitMessageRequest, SubmitMessageResponse,
 } from "@tack/proto";
 import { DECISIONS, type Decision, type DecidingKey } from "./approvals.js";
 import type { Ownership } from "./ownership.js";
 import { route, type SessionAddressed, type SessionRoute } from "./router.js";
 import type { SessionRuntime } from "./session.js";
-import { PLAN_DECISIONS } from "./session-tools.js";
 
 const unknownSession = (sessionId: string) => new TackError("loop.unknown_session", `session ${sessionId} does not exist; create it first`);
 
@@ -22,6 +23,38 @@ async function submit(runtime: SessionRuntime, req: SubmitMessageRequest): Promi
   return SubmitMessageResponse.fromPartial(await runtime.submit(req.text));
 }
 
+/** The rpcs that replaced the retired `kind`s of DecideApproval and `setting`s of SetSandboxMode, with their queue subjects' last token. */
+const RETIRED_KINDS: Record<string, string> = { question: "AnswerQuestion (loop.answer)", plan: "DecidePlan (loop.decide_plan)" };
+const RETIRED_SETTINGS: Record<string, string> = { plan: "SetPlanMode (loop.plan_mode)", session: "SetSessionMode (loop.session_mode)" };
+
+/**
+ * Refuses a request in a shape this loop retired (one rpc carried several operations behind a
+ * string): names the rpc, what was sent, the rpc that replaced it, and what to upgrade.
+ */
+function outdated(rpc: string, sent: string, replacement: string): TackError {
+  return new TackError("loop.outdated_request", `${rpc} with ${sent} is a request shape this loop no longer serves; it serves that as the rpc ${replacement}. Upgrade the gateway (or the client calling the loop) to this loop's version`);
+}
+
+/** Checks who decides and that the session exists, then lets a claim in flight park the session's waiting calls again. */
+async function decider(runtime: SessionRuntime, req: SessionAddressed & { decidedBy: string }, ownership: Ownership): Promise<void> {
+  if (!req.decidedBy) throw new TackError("loop.bad_decision", "decided_by is empty; say who decided (the caller's tenant or user)");
+  assertSession(runtime, req);
+  // The owner subject opens before recovery has parked the session's waiting calls again: let recovery finish first.
+  await ownership.settled(runtime);
+}
+
+/** The key that decided (the person), as the gateway authenticated it; logged beside the tenant. */
+function deciding(req: { decidedByKey?: string; decidedByKeyId?: string }): DecidingKey {
+  return { name: req.decidedByKey ?? "", id: req.decidedByKeyId ?? "" };
+}
+
+/** Checks that the session exists and who changes its mode, then lets a claim in flight (which may start a turn) finish. */
+async function changer(runtime: SessionRuntime, req: SessionAddressed & { changedBy: string }, ownership: Ownership): Promise<void> {
+  assertSession(runtime, req);
+  if (!req.changedBy) throw new TackError("loop.bad_sandbox_mode", "changed_by is empty; say who changes the mode (the caller's tenant or user)");
+  await ownership.settled(runtime);
+}
+
 /**
  * The table of the loop's per-session rpcs (owner subject `<ns>.loop.session.<id>.<op>`, queue
  * subject `<ns>.loop.<op>`): what the owner does with each, and what a replica does with one for a
@@ -30,7 +63,7 @@ async function submit(runtime: SessionRuntime, req: SubmitMessageRequest): Promi
 export function sessionRoutes(ownership: Ownership): SessionRoute[] {
   return [
     route({
-      rpc: "SubmitMessage", any: (bus) => bus.names.loopSubmit, owner: (bus, id) => bus.names.loopSessionSubmit(id),
+      any: (bus) => bus.names.loopSubmit, owner: (bus, id) => bus.names.loopSessionSubmit(id),
       request: SubmitMessageRequest, response: SubmitMessageResponse,
       owned: submit,
       unowned: async (req, _tenant, { claim }) => {
@@ -44,58 +77,71 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
         }
       },
     }),
-    // A decision for a session no process owns is claimed like a message: recovery parks its
-    // pending approvals again, so the decision finds its call waiting.
+    // A decision, an answer or a mode change for a session no process owns is claimed like a
+    // message: recovery parks its waiting calls again, so the decision finds its call waiting (or
+    // starts a turn, which then refuses a mode change as busy).
     route({
-      rpc: "DecideApproval", any: (bus) => bus.names.loopDecide, owner: (bus, id) => bus.names.loopSessionDecide(id),
+      any: (bus) => bus.names.loopDecide, owner: (bus, id) => bus.names.loopSessionDecide(id),
       request: DecideApprovalRequest, response: DecideApprovalResponse,
       owned: async (runtime, req) => {
-        const kind = req.kind || "approval";
-        if (!["approval", "question", "plan"].includes(kind)) {
-          throw new TackError("loop.bad_decision", `kind ${JSON.stringify(kind)} is unknown; answer an approval, a question or a plan`);
+        const kind = req.retiredKind || "approval";
+        const replacement = RETIRED_KINDS[kind];
+        if (replacement) throw outdated("DecideApproval", `kind ${JSON.stringify(kind)}`, replacement);
+        if (kind !== "approval") throw new TackError("loop.bad_decision", `kind ${JSON.stringify(kind)} is unknown; DecideApproval answers approvals (questions: AnswerQuestion, plans: DecidePlan)`);
+        if (!(DECISIONS as readonly string[]).includes(req.decision)) {
+          throw new TackError("loop.bad_decision", `decision ${JSON.stringify(req.decision)} is unknown; answer ${DECISIONS.join(" or ")}`);
         }
-        const decisions: readonly string[] = kind === "approval" ? DECISIONS : kind === "plan" ? PLAN_DECISIONS : [""];
-        if (!decisions.includes(req.decision)) {
-          throw new TackError("loop.bad_decision", kind === "question"
-            ? "a question is answered with answers, not a decision"
-            : `decision ${JSON.stringify(req.decision)} is unknown; answer ${decisions.join(" or ")}`);
-        }
-        if (!req.decidedBy) throw new TackError("loop.bad_decision", "decided_by is empty; say who decided (the caller's tenant or user)");
-        assertSession(runtime, req);
-        // The owner subject opens before recovery has parked the session's waiting calls again: let recovery finish first.
-        await ownership.settled(runtime);
-        // The key that decided (the person), as the gateway authenticated it; logged beside the tenant.
-        const key: DecidingKey = { name: req.decidedByKey ?? "", id: req.decidedByKeyId ?? "" };
-        if (kind === "question") return { seq: await runtime.answerQuestion(req.callId, req.answers?.answers ?? [], req.decidedBy, key) };
-        if (kind === "plan") return { seq: await runtime.decidePlan(req.callId, req.decision as "approve" | "reject", req.feedback ?? "", req.decidedBy, key) };
-        return { seq: await runtime.decide(req.callId, req.decision as Decision, req.decidedBy, key) };
+        await decider(runtime, req, ownership);
+        return { seq: await runtime.decide(req.callId, req.decision as Decision, req.decidedBy, deciding(req)) };
       },
     }),
-    // A mode change for a session no process owns is claimed like a message (recovery may start a
-    // turn, which then refuses the change as busy).
     route({
-      rpc: "SetSandboxMode", any: (bus) => bus.names.loopMode, owner: (bus, id) => bus.names.loopSessionMode(id),
+      any: (bus) => bus.names.loopAnswer, owner: (bus, id) => bus.names.loopSessionAnswer(id),
+      request: AnswerQuestionRequest, response: AnswerQuestionResponse,
+      owned: async (runtime, req) => {
+        await decider(runtime, req, ownership);
+        return { seq: await runtime.answerQuestion(req.callId, req.answers, req.decidedBy, deciding(req)) };
+      },
+    }),
+    route({
+      any: (bus) => bus.names.loopDecidePlan, owner: (bus, id) => bus.names.loopSessionDecidePlan(id),
+      request: DecidePlanRequest, response: DecidePlanResponse,
+      owned: async (runtime, req) => {
+        await decider(runtime, req, ownership);
+        return { seq: await runtime.decidePlan(req.callId, req.approve ? "approve" : "reject", req.feedback, req.decidedBy, deciding(req)) };
+      },
+    }),
+    route({
+      any: (bus) => bus.names.loopMode, owner: (bus, id) => bus.names.loopSessionMode(id),
       request: SetSandboxModeRequest, response: SetSandboxModeResponse,
       owned: async (runtime, req) => {
-        assertSession(runtime, req);
-        if (!req.changedBy) throw new TackError("loop.bad_sandbox_mode", "changed_by is empty; say who changes the mode (the caller's tenant or user)");
-        await ownership.settled(runtime);
-        switch (req.setting || "sandbox") {
-          case "sandbox":
-            return { seq: await runtime.setSandboxMode(req.mode, req.changedBy) };
-          case "plan":
-            if (req.mode !== "on" && req.mode !== "off") throw new TackError("loop.bad_plan_mode", `plan mode ${JSON.stringify(req.mode)} is neither on nor off`);
-            return { seq: await runtime.setPlanMode(req.mode === "on", req.changedBy) };
-          case "session":
-            return { seq: await runtime.setSessionMode(req.mode, req.changedBy) };
-          default:
-            throw new TackError("loop.bad_sandbox_mode", `setting ${JSON.stringify(req.setting)} is unknown; change the sandbox, plan or session mode`);
-        }
+        const setting = req.retiredSetting || "sandbox";
+        const replacement = RETIRED_SETTINGS[setting];
+        if (replacement) throw outdated("SetSandboxMode", `setting ${JSON.stringify(setting)}`, replacement);
+        if (setting !== "sandbox") throw new TackError("loop.bad_sandbox_mode", `setting ${JSON.stringify(setting)} is unknown; SetSandboxMode changes the sandbox mode (plan mode: SetPlanMode, session mode: SetSessionMode)`);
+        await changer(runtime, req, ownership);
+        return { seq: await runtime.setSandboxMode(req.mode, req.changedBy) };
+      },
+    }),
+    route({
+      any: (bus) => bus.names.loopPlanMode, owner: (bus, id) => bus.names.loopSessionPlanMode(id),
+      request: SetPlanModeRequest, response: SetPlanModeResponse,
+      owned: async (runtime, req) => {
+        await changer(runtime, req, ownership);
+        return { seq: await runtime.setPlanMode(req.on, req.changedBy) };
+      },
+    }),
+    route({
+      any: (bus) => bus.names.loopToolsMode, owner: (bus, id) => bus.names.loopSessionToolsMode(id),
+      request: SetSessionModeRequest, response: SetSessionModeResponse,
+      owned: async (runtime, req) => {
+        await changer(runtime, req, ownership);
+        return { seq: await runtime.setSessionMode(req.mode, req.changedBy) };
       },
     }),
     // A deletion of a session no process owns: its lease is claimed (the session neither loaded nor recovered) and it is deleted.
     route({
-      rpc: "DeleteSession", any: (bus) => bus.names.loopDelete, owner: (bus, id) => bus.names.loopSessionDelete(id),
+      any: (bus) => bus.names.loopDelete, owner: (bus, id) => bus.names.loopSessionDelete(id),
       request: DeleteSessionRequest, response: DeleteSessionResponse,
       owned: async (runtime, req) => {
         if ((req.tenant || "local") !== runtime.tenant) throw unknownSession(req.sessionId);
@@ -105,7 +151,7 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
     }),
     // Stops the running turn (`stopTurn`); a session no process owns runs no turn, so there is nothing to stop.
     route({
-      rpc: "CancelTurn", any: (bus) => bus.names.loopCancel, owner: (bus, id) => bus.names.loopSessionCancel(id),
+      any: (bus) => bus.names.loopCancel, owner: (bus, id) => bus.names.loopSessionCancel(id),
       request: CancelTurnRequest, response: CancelTurnResponse,
       owned: async (runtime, req) => {
         if ((req.tenant || "local") !== runtime.tenant) throw unknownSession(req.sessionId);
@@ -120,7 +166,7 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
     // start a turn, which then refuses the compaction as busy). Afterwards the session stays warm
     // for `idleReleaseMs` again, as after a turn; one that does not exist is let go at once.
     route({
-      rpc: "CompactSession", any: (bus) => bus.names.loopCompact, owner: (bus, id) => bus.names.loopSessionCompact(id),
+      any: (bus) => bus.names.loopCompact, owner: (bus, id) => bus.names.loopSessionCompact(id),
       request: CompactSessionRequest, response: CompactSessionResponse,
       owned: async (runtime, req) => {
         try {

@@ -9,7 +9,7 @@ import { ensureLogStream, readAll } from "@tack/log";
 import {
   CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
   EnsureSandboxRequest, EnsureSandboxResponse, ListMcpToolsRequest, ListMcpToolsResponse, ListToolsRequest, ListToolsResponse, ReadHooksConfigRequest, ReadHooksConfigResponse,
-  ReadRulesRequest, ReadRulesResponse, Role, RunHookRequest, RunHookResponse, SetSandboxModeRequest, SetSandboxModeResponse, SkillCatalogRequest, SkillCatalogResponse,
+  ReadRulesRequest, ReadRulesResponse, Role, RunHookRequest, RunHookResponse, SetSessionModeRequest, SetSessionModeResponse, SkillCatalogRequest, SkillCatalogResponse,
   SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
 } from "@tack/proto";
 import { listTools } from "@tack/tools-service";
@@ -223,7 +223,7 @@ describe("reads at session creation", () => {
     await startLoop(true);
     const id = await create();
     await waitFor("the reads at creation", async () => counts["toolsList:standard"] === 1 && counts.skillsCatalog === 1, { timeoutMs: 5_000, intervalMs: 10 });
-    await bus.request(bus.names.loopMode, SetSandboxModeRequest, SetSandboxModeRequest.fromPartial({ tenant: "local", sessionId: id, setting: "session", mode: "minimal", changedBy: "test" }), SetSandboxModeResponse);
+    await bus.request(bus.names.loopToolsMode, SetSessionModeRequest, { tenant: "local", sessionId: id, mode: "minimal", changedBy: "test" }, SetSessionModeResponse);
     await submit(id, "go");
     const events = await turnEnds(id, 1);
     const header = events.find((e) => e.payload?.$case === "requestHeader")!;

@@ -4,12 +4,12 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor as waitForValue } from "@tack/testkit";
-import { Bus, serveStream, TackError } from "@tack/bus";
+import { Bus, serveStream, TackError, type Codec } from "@tack/bus";
 import { deriveRequest, ensureLogStream, isCase, readAll, type EventOf, type PayloadOf } from "@tack/log";
 import {
   CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
-  DecideApprovalRequest, DecideApprovalResponse, Event, ListToolsRequest, ListToolsResponse, Role, SetSandboxModeRequest, SetSandboxModeResponse, SubmitMessageRequest,
-  SubmitMessageResponse, Surface_Kind, ToolSpec, type EventPayloadCase, type ToolCall,
+  AnswerQuestionRequest, AnswerQuestionResponse, DecideApprovalRequest, DecideApprovalResponse, DecidePlanRequest, DecidePlanResponse, Event, ListToolsRequest, ListToolsResponse,
+  QuestionAnswer, Role, SetPlanModeRequest, SetPlanModeResponse, SetSandboxModeRequest, SetSandboxModeResponse, SetSessionModeRequest, SetSessionModeResponse, SubmitMessageRequest, SubmitMessageResponse, Surface_Kind, ToolSpec, type EventPayloadCase, type ToolCall,
 } from "@tack/proto";
 import { callTool, listTools } from "@tack/tools-service";
 import { LocalSandboxClient } from "../../tools/test/support/local-sandbox.js";
@@ -104,19 +104,37 @@ async function submit(sessionId: string, text = "go"): Promise<void> {
   await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
 }
 
-/** Sends an answer the way the gateway does: to the owner, or to any loop when none owns the session. */
-async function answer(sessionId: string, fields: Partial<DecideApprovalRequest>): Promise<DecideApprovalResponse> {
-  const request = DecideApprovalRequest.fromPartial({ tenant: "local", sessionId, decidedBy: "tester", ...fields });
+/** Sends a request the way the gateway does: to the owner, or to any loop when none owns the session. */
+async function viaLoop<Req, Res>(subjects: { owner: string; any: string }, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>): Promise<Res> {
   try {
-    return await bus.request(bus.names.loopSessionDecide(sessionId), DecideApprovalRequest, request, DecideApprovalResponse, { timeoutMs: 10_000 });
+    return await bus.request(subjects.owner, requestCodec, request, responseCodec, { timeoutMs: 10_000 });
   } catch (error) {
     if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
-    return bus.request(bus.names.loopDecide, DecideApprovalRequest, request, DecideApprovalResponse, { timeoutMs: 10_000 });
+    return bus.request(subjects.any, requestCodec, request, responseCodec, { timeoutMs: 10_000 });
   }
 }
 
-function change(sessionId: string, setting: string, mode: string): Promise<SetSandboxModeResponse> {
-  return bus.request(bus.names.loopMode, SetSandboxModeRequest, SetSandboxModeRequest.fromPartial({ tenant: "local", sessionId, setting, mode, changedBy: "tester" }), SetSandboxModeResponse);
+function answer(sessionId: string, fields: Partial<DecideApprovalRequest>): Promise<DecideApprovalResponse> {
+  const request = DecideApprovalRequest.fromPartial({ tenant: "local", sessionId, decidedBy: "tester", ...fields });
+  return viaLoop({ owner: bus.names.loopSessionDecide(sessionId), any: bus.names.loopDecide }, DecideApprovalRequest, request, DecideApprovalResponse);
+}
+
+function answerQuestion(sessionId: string, fields: Partial<AnswerQuestionRequest>): Promise<AnswerQuestionResponse> {
+  const request = AnswerQuestionRequest.fromPartial({ tenant: "local", sessionId, decidedBy: "tester", ...fields });
+  return viaLoop({ owner: bus.names.loopSessionAnswer(sessionId), any: bus.names.loopAnswer }, AnswerQuestionRequest, request, AnswerQuestionResponse);
+}
+
+function decidePlan(sessionId: string, fields: Partial<DecidePlanRequest>): Promise<DecidePlanResponse> {
+  const request = DecidePlanRequest.fromPartial({ tenant: "local", sessionId, decidedBy: "tester", ...fields });
+  return viaLoop({ owner: bus.names.loopSessionDecidePlan(sessionId), any: bus.names.loopDecidePlan }, DecidePlanRequest, request, DecidePlanResponse);
+}
+
+function setPlanMode(sessionId: string, on: boolean): Promise<SetPlanModeResponse> {
+  return bus.request(bus.names.loopPlanMode, SetPlanModeRequest, { tenant: "local", sessionId, on, changedBy: "tester" }, SetPlanModeResponse);
+}
+
+function setSessionMode(sessionId: string, mode: string): Promise<SetSessionModeResponse> {
+  return bus.request(bus.names.loopToolsMode, SetSessionModeRequest, { tenant: "local", sessionId, mode, changedBy: "tester" }, SetSessionModeResponse);
 }
 
 function waitFor(sessionId: string, done: (events: Event[]) => boolean, timeoutMs = 15_000): Promise<Event[]> {
@@ -176,15 +194,15 @@ describe("session tools", () => {
     });
     expect(asked.some((e) => e.type === "turn/end")).toBe(false);
     // Answers that do not fit the questions are refused, and the call keeps waiting.
-    await expect(answer(id, { kind: "question", callId: "call_0_0", answers: { answers: [{ selected: ["Rust"], other: "" }, { selected: [], other: "" }] } }))
+    await expect(answerQuestion(id, { callId: "call_0_0", answers: [{ selected: ["Rust"], other: "" }, { selected: [], other: "" }] }))
       .rejects.toMatchObject({ code: "loop.bad_answer", message: expect.stringContaining('answer 1: "Rust" is not an option of "Language"') });
-    await expect(answer(id, { kind: "question", callId: "call_0_0", answers: { answers: [{ selected: ["Go"], other: "" }] } }))
+    await expect(answerQuestion(id, { callId: "call_0_0", answers: [{ selected: ["Go"], other: "" }] }))
       .rejects.toMatchObject({ code: "loop.bad_answer", message: expect.stringContaining("1 answer given for 2 questions") });
-    await expect(answer(id, { kind: "question", callId: "call_0_0", answers: { answers: [{ selected: ["Go", "TypeScript"], other: "" }, { selected: ["ci"], other: "" }] } }))
+    await expect(answerQuestion(id, { callId: "call_0_0", answers: [{ selected: ["Go", "TypeScript"], other: "" }, { selected: ["ci"], other: "" }] }))
       .rejects.toMatchObject({ code: "loop.bad_answer", message: expect.stringContaining('"Language" takes one option, got 2') });
-    await expect(answer(id, { kind: "question", callId: "call_9_9", answers: { answers: [] } })).rejects.toMatchObject({ code: "loop.no_pending_question" });
+    await expect(answerQuestion(id, { callId: "call_9_9", answers: [] })).rejects.toMatchObject({ code: "loop.no_pending_question" });
 
-    const { seq } = await answer(id, { kind: "question", callId: "call_0_0", answers: { answers: [{ selected: ["Go"], other: "" }, { selected: ["tests", "ci"], other: "and a README" }] } });
+    const { seq } = await answerQuestion(id, { callId: "call_0_0", answers: [{ selected: ["Go"], other: "" }, { selected: ["tests", "ci"], other: "and a README" }] });
     const events = await waitFor(id, has("turn/end"));
     expect(events.find((e) => e.seq === seq)?.payload).toEqual({ $case: "questionAnswered", value: {
       callId: "call_0_0", outcome: "answered", answeredBy: "tester", answers: [{ selected: ["Go"], other: "" }, { selected: ["tests", "ci"], other: "and a README" }],
@@ -198,7 +216,39 @@ describe("session tools", () => {
     ].join("\n");
     expect(results(events).call_0_0).toBe(expected);
     expect(seenByModel("call_0_0")).toBe(expected);
-    await expect(answer(id, { kind: "question", callId: "call_0_0", answers: { answers: [] } })).rejects.toMatchObject({ code: "loop.no_pending_question" });
+    await expect(answerQuestion(id, { callId: "call_0_0", answers: [] })).rejects.toMatchObject({ code: "loop.no_pending_question" });
+  });
+
+  it("rolling upgrade - a question, a plan or a mode sent in the retired shapes (DecideApproval kind, SetSandboxMode setting) is refused naming the rpc to use; the call keeps waiting", async () => {
+    await startLoop();
+    replies = [[{ name: "ask_user_question", args: { questions } }]];
+    const id = await session();
+    await submit(id);
+    await waitFor(id, has("question/asked"));
+    // What a gateway older than AnswerQuestion sent: kind (field 6) and the answers (field 7, an Answers message), to either subject.
+    const legacyAnswer: Codec<DecideApprovalRequest> = {
+      encode: (message, writer) => {
+        const w = DecideApprovalRequest.encode(message, writer).uint32(58).fork();
+        QuestionAnswer.encode({ selected: ["Go"], other: "" }, w.uint32(10).fork()).join();
+        return w.join();
+      },
+      decode: DecideApprovalRequest.decode,
+    };
+    const old = DecideApprovalRequest.fromPartial({ tenant: "local", sessionId: id, callId: "call_0_0", decidedBy: "tester", retiredKind: "question" });
+    for (const subject of [bus.names.loopSessionDecide(id), bus.names.loopDecide]) {
+      await expect(bus.request(subject, legacyAnswer, old, DecideApprovalResponse, { timeoutMs: 10_000 })).rejects.toMatchObject({
+        code: "loop.outdated_request", message: expect.stringMatching(/^DecideApproval with kind "question" .* rpc AnswerQuestion \(loop\.answer\)\. Upgrade the gateway/),
+      });
+    }
+    await expect(answer(id, { retiredKind: "plan", decision: "approve" })).rejects.toMatchObject({ code: "loop.outdated_request", message: expect.stringContaining("rpc DecidePlan (loop.decide_plan)") });
+    await expect(answer(id, { retiredKind: "maybe", decision: "allow_once" })).rejects.toMatchObject({ code: "loop.bad_decision" });
+    const mode = (setting: string) => bus.request(bus.names.loopMode, SetSandboxModeRequest, { tenant: "local", sessionId: id, mode: "on", changedBy: "tester", retiredSetting: setting }, SetSandboxModeResponse);
+    await expect(mode("plan")).rejects.toMatchObject({ code: "loop.outdated_request", message: expect.stringContaining("SetSandboxMode with setting \"plan\"") });
+    await expect(mode("session")).rejects.toMatchObject({ code: "loop.outdated_request", message: expect.stringContaining("rpc SetSessionMode (loop.session_mode)") });
+    // Nothing was logged for them: the question still waits and is answered by the new rpc.
+    const { seq } = await answerQuestion(id, { callId: "call_0_0", answers: [{ selected: ["Go"], other: "" }, { selected: ["tests"], other: "" }] });
+    const events = await waitFor(id, has("turn/end"));
+    expect(events.filter((e) => e.type === "question/answered").map((e) => e.seq)).toEqual([seq]);
   });
 
   it("ask_user_question - a question pending across a loop restart is answered on the new process and asked only once", async () => {
@@ -210,7 +260,7 @@ describe("session tools", () => {
     await first.stop();
     loops = loops.filter((l) => l !== first);
     const second = await startLoop({ leaseTtlMs: 10_000 });
-    await answer(id, { kind: "question", callId: "call_0_0", answers: { answers: [{ selected: [], other: "whatever you think" }] } });
+    await answerQuestion(id, { callId: "call_0_0", answers: [{ selected: [], other: "whatever you think" }] });
     const events = await waitFor(id, has("turn/end"));
     const recovery = payloads(events, "recovery")[0];
     expect(recovery).toMatchObject({ previousOwner: first.owner, owner: second.owner, interruptedCallIds: [], unstartedCallIds: [] });
@@ -267,14 +317,14 @@ describe("session tools", () => {
     });
     expect(payloads(first, "planSubmitted")).toEqual([{ callId: "call_1_0", plan: "1. touch x", turn: 1, step: 2 }]);
 
-    await answer(id, { kind: "plan", decision: "reject", feedback: "also run the tests" });
+    await decidePlan(id, { approve: false, feedback: "also run the tests" });
     await waitFor(id, has("plan/submitted", 2));
     const rejected = await readAll(bus.nc, bus.names, { tenant: "local", sessionId: id });
     expect(results(rejected).call_1_0).toBe(SESSION_TOOL_TEXT.planRejected("also run the tests"));
     expect(results(rejected).call_2_0).toBe(SESSION_TOOL_TEXT.planModeRefused("bash"));
 
     // No call id: the plan waiting is the one decided.
-    const { seq } = await answer(id, { kind: "plan", decision: "approve", feedback: "" });
+    const { seq } = await decidePlan(id, { approve: true, feedback: "" });
     const events = await waitFor(id, has("turn/end"));
     const decided = events.findIndex((e) => e.seq === seq);
     expect(events[decided]!.payload).toEqual({ $case: "planDecided", value: { callId: "call_3_0", decision: "approve", feedback: "", decidedBy: "tester" } });
@@ -284,15 +334,15 @@ describe("session tools", () => {
     // Out of plan mode, exit_plan_mode has nothing to ask.
     expect(results(events).call_5_0).toBe(SESSION_TOOL_TEXT.notInPlanMode);
     expect(ran.map((r) => r.callId)).toEqual(["call_0_2", "call_4_0"]);
-    await expect(answer(id, { kind: "plan", decision: "approve" })).rejects.toMatchObject({ code: "loop.no_pending_plan" });
+    await expect(decidePlan(id, { approve: true })).rejects.toMatchObject({ code: "loop.no_pending_plan" });
   });
 
   it("plan mode - entered later over the bus; in a read-only sandbox bash still runs (the sandbox keeps it from writing)", async () => {
     await startLoop();
     replies = [[{ name: "bash", args: { command: "ls" } }, { name: "edit", args: { path: "f", old_string: "a", new_string: "b" } }]];
     const id = await session({ sandboxMode: "read-only" });
-    expect((await change(id, "plan", "on")).seq).toBeGreaterThan(0);
-    expect((await change(id, "plan", "on")).seq).toBe(0);
+    expect((await setPlanMode(id, true)).seq).toBeGreaterThan(0);
+    expect((await setPlanMode(id, true)).seq).toBe(0);
     await submit(id);
     const events = await waitFor(id, has("turn/end"));
     expect(payloads(events, "planMode")).toEqual([{ on: true, changedBy: "tester" }]);
@@ -402,14 +452,14 @@ describe("session modes", () => {
     await startLoop();
     replies = [[{ name: "run_code", args: { code: "1" } }]];
     const id = await session();
-    await expect(change(id, "session", "turbo")).rejects.toMatchObject({ code: "loop.unknown_mode" });
-    expect((await change(id, "session", "code")).seq).toBeGreaterThan(0);
-    expect((await change(id, "session", "code")).seq).toBe(0);
+    await expect(setSessionMode(id, "turbo")).rejects.toMatchObject({ code: "loop.unknown_mode" });
+    expect((await setSessionMode(id, "code")).seq).toBeGreaterThan(0);
+    expect((await setSessionMode(id, "code")).seq).toBe(0);
     await submit(id);
     const events = await waitFor(id, has("turn/end"));
     expect(payloads(events, "sessionMode")).toEqual([{ mode: "code", changedBy: "tester" }]);
     expect(ran.map((r) => [r.name, r.sessionMode])).toEqual([["run_code", "code"]]);
-    await expect(change(id, "session", "standard")).rejects.toMatchObject({
+    await expect(setSessionMode(id, "standard")).rejects.toMatchObject({
       code: "loop.mode_fixed", message: `session ${id} already has messages, so its mode stays code; create a new session with mode standard`,
     });
   });

@@ -9,6 +9,7 @@ export const LOOP_CODES = {
   "loop.bad_plan_mode": spec(400, "INVALID_ARGUMENT", false, "Plan mode was set to something other than on or off; send on or off."),
   "loop.bad_copy": spec(400, "INVALID_ARGUMENT", false, "A session copy (fork or import) was refused: its events must start with session/created, run seq 1..N, end at a turn boundary and name only the source session's spilled objects; fork at an ended turn or export the session again."),
   "loop.bad_request": spec(502, "INTERNAL", false, "A service sent the loop a request missing a field it needs (such as who deletes a session); this is a bug in the sender, so report it with the request id."),
+  "loop.outdated_request": spec(400, "FAILED_PRECONDITION", false, "A caller older than this loop sent a request in a retired shape (a question or plan decision through DecideApproval, a plan or session mode through SetSandboxMode); the message names the rpc that replaced it, so upgrade the gateway (or the client calling the loop) to this loop's version."),
   "loop.bad_sandbox_mode": spec(400, "INVALID_ARGUMENT", false, "The sandbox mode is unknown (or the change names no one making it); use read-only, workspace-write or danger-full-access."),
   "loop.bad_workspace": spec(400, "INVALID_ARGUMENT", false, "The session's workspace is not an absolute path; give an absolute directory."),
   "loop.busy": spec(409, "ABORTED", true, "The session is running a turn or changing its sandbox mode; wait for its turn/end and send the request again."),

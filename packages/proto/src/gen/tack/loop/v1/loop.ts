@@ -52,28 +52,24 @@ export interface SubmitMessageResponse {
 }
 
 /**
- * DecideApprovalRequest answers a tool call that waits for a person: an approval, a question or
- * a plan. Sent first to the owner's subject `<ns>.loop.session.<id>.decide`; with no owner, to
- * `<ns>.loop.decide`.
+ * DecideApprovalRequest answers the approval a tool call waits for. Sent first to the owner's
+ * subject `<ns>.loop.session.<id>.decide`; with no owner, to `<ns>.loop.decide`. Questions and
+ * plans have their own rpcs (AnswerQuestion, DecidePlan).
  */
 export interface DecideApprovalRequest {
   tenant: string;
   sessionId: string;
-  /** The waiting call; for a plan it may be empty (the plan waiting, if there is one). */
+  /** The waiting call. */
   callId: string;
-  /** Approval: `allow_once` or `reject`. Plan: `approve` or `reject`. Question: empty. */
+  /** `allow_once` or `reject`. */
   decision: string;
   decidedBy: string;
-  /** What is answered: empty or `approval`, `question`, `plan`. */
-  kind?:
-    | string
-    | undefined;
-  /** Question: one answer per question, in order. Optional (like kind and feedback) so that senders that predate it keep encoding. */
-  answers?:
-    | Answers
-    | undefined;
-  /** Plan: the reviewer's words (the model reads them with a rejection). */
-  feedback?:
+  /**
+   * Never set: senders older than AnswerQuestion and DecidePlan put `question` or `plan` here
+   * (with answers or feedback in fields 7 and 8); the loop refuses such a request with
+   * `loop.outdated_request`, naming the rpc that replaced it.
+   */
+  retiredKind?:
     | string
     | undefined;
   /**
@@ -84,35 +80,114 @@ export interface DecideApprovalRequest {
   decidedByKeyId?: string | undefined;
 }
 
-/** Answers are a person's answers to the questions of one ask_user_question call. */
-export interface Answers {
-  answers: QuestionAnswer[];
-}
-
 export interface DecideApprovalResponse {
   /** Seq of the logged approval/decided event. */
   seq: number;
 }
 
 /**
- * SetSandboxModeRequest changes one of a session's modes (`setting`). Sent first to the owner's
- * subject `<ns>.loop.session.<id>.mode`; with no owner, to `<ns>.loop.mode`. Refused while a turn
- * runs (`loop.busy`); a sandbox mode change also while a container of a wider mode still runs a
- * process (`loop.mode_change_refused`), a session mode change once the session has a turn
- * (`loop.mode_fixed`).
+ * AnswerQuestionRequest answers the questions an ask_user_question call waits on. Sent first to
+ * the owner's subject `<ns>.loop.session.<id>.answer`; with no owner, to `<ns>.loop.answer`.
+ */
+export interface AnswerQuestionRequest {
+  tenant: string;
+  sessionId: string;
+  /** The waiting ask_user_question call. */
+  callId: string;
+  /** One answer per question, in order. */
+  answers: QuestionAnswer[];
+  decidedBy: string;
+  /** The key that answered, as for DecideApprovalRequest. */
+  decidedByKey: string;
+  decidedByKeyId: string;
+}
+
+export interface AnswerQuestionResponse {
+  /** Seq of the logged question/answered event. */
+  seq: number;
+}
+
+/**
+ * DecidePlanRequest approves or rejects the plan waiting for review. Sent first to the owner's
+ * subject `<ns>.loop.session.<id>.decide_plan`; with no owner, to `<ns>.loop.decide_plan`.
+ */
+export interface DecidePlanRequest {
+  tenant: string;
+  sessionId: string;
+  /** The exit_plan_mode call; empty for the plan waiting, if there is one. */
+  callId: string;
+  /** True approves (and ends plan mode), false rejects. */
+  approve: boolean;
+  /** The reviewer's words (the model reads them with a rejection). */
+  feedback: string;
+  decidedBy: string;
+  /** The key that decided, as for DecideApprovalRequest. */
+  decidedByKey: string;
+  decidedByKeyId: string;
+}
+
+export interface DecidePlanResponse {
+  /** Seq of the logged plan/decided event. */
+  seq: number;
+}
+
+/**
+ * SetSandboxModeRequest changes a session's sandbox mode. Sent first to the owner's subject
+ * `<ns>.loop.session.<id>.mode`; with no owner, to `<ns>.loop.mode`. Refused while a turn runs
+ * (`loop.busy`) or while a container of a wider mode still runs a process
+ * (`loop.mode_change_refused`). Plan mode and the session mode have their own rpcs (SetPlanMode,
+ * SetSessionMode).
  */
 export interface SetSandboxModeRequest {
   tenant: string;
   sessionId: string;
-  /** Sandbox: `read-only`, `workspace-write` or `danger-full-access`. Plan: `on` or `off`. Session: a tools mode (standard, code, ...). */
+  /** `read-only`, `workspace-write` or `danger-full-access`. */
   mode: string;
   changedBy: string;
-  /** Which mode: empty or `sandbox`, `plan`, `session`. */
-  setting?: string | undefined;
+  /**
+   * Never set: senders older than SetPlanMode and SetSessionMode put `plan` or `session` here;
+   * the loop refuses such a request with `loop.outdated_request`, naming the rpc that replaced it.
+   */
+  retiredSetting?: string | undefined;
 }
 
 export interface SetSandboxModeResponse {
-  /** Seq of the logged sandbox/mode (plan/mode, session/mode) event; 0 when the session already was in that mode. */
+  /** Seq of the logged sandbox/mode event; 0 when the session already was in that mode. */
+  seq: number;
+}
+
+/**
+ * SetPlanModeRequest turns plan mode on or off (tools that can write are refused while it is on).
+ * Sent first to the owner's subject `<ns>.loop.session.<id>.plan_mode`; with no owner, to
+ * `<ns>.loop.plan_mode`. Refused while a turn runs (`loop.busy`).
+ */
+export interface SetPlanModeRequest {
+  tenant: string;
+  sessionId: string;
+  on: boolean;
+  changedBy: string;
+}
+
+export interface SetPlanModeResponse {
+  /** Seq of the logged plan/mode event; 0 when the session already was in that mode. */
+  seq: number;
+}
+
+/**
+ * SetSessionModeRequest changes a session's mode (the tools it has), only before its first turn.
+ * Sent first to the owner's subject `<ns>.loop.session.<id>.session_mode`; with no owner, to
+ * `<ns>.loop.session_mode`. Refused once the session has a turn (`loop.mode_fixed`).
+ */
+export interface SetSessionModeRequest {
+  tenant: string;
+  sessionId: string;
+  /** A tools mode (standard, code, ...). */
+  mode: string;
+  changedBy: string;
+}
+
+export interface SetSessionModeResponse {
+  /** Seq of the logged session/mode event; 0 when the session already was in that mode. */
   seq: number;
 }
 
@@ -757,9 +832,7 @@ function createBaseDecideApprovalRequest(): DecideApprovalRequest {
     callId: "",
     decision: "",
     decidedBy: "",
-    kind: undefined,
-    answers: undefined,
-    feedback: undefined,
+    retiredKind: undefined,
     decidedByKey: undefined,
     decidedByKeyId: undefined,
   };
@@ -782,14 +855,8 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
     if (message.decidedBy !== "") {
       writer.uint32(42).string(message.decidedBy);
     }
-    if (message.kind !== undefined) {
-      writer.uint32(50).string(message.kind);
-    }
-    if (message.answers !== undefined) {
-      Answers.encode(message.answers, writer.uint32(58).fork()).join();
-    }
-    if (message.feedback !== undefined) {
-      writer.uint32(66).string(message.feedback);
+    if (message.retiredKind !== undefined) {
+      writer.uint32(50).string(message.retiredKind);
     }
     if (message.decidedByKey !== undefined) {
       writer.uint32(74).string(message.decidedByKey);
@@ -858,23 +925,7 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
               break;
             }
 
-            message.kind = reader.string();
-            continue;
-          }
-          case 7: {
-            if (tag !== 58) {
-              break;
-            }
-
-            message.answers = Answers.decode(reader, reader.uint32());
-            continue;
-          }
-          case 8: {
-            if (tag !== 66) {
-              break;
-            }
-
-            message.feedback = reader.string();
+            message.retiredKind = reader.string();
             continue;
           }
           case 9: {
@@ -924,9 +975,11 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
         : isSet(object.decided_by)
         ? globalThis.String(object.decided_by)
         : "",
-      kind: isSet(object.kind) ? globalThis.String(object.kind) : undefined,
-      answers: isSet(object.answers) ? Answers.fromJSON(object.answers) : undefined,
-      feedback: isSet(object.feedback) ? globalThis.String(object.feedback) : undefined,
+      retiredKind: isSet(object.retiredKind)
+        ? globalThis.String(object.retiredKind)
+        : isSet(object.retired_kind)
+        ? globalThis.String(object.retired_kind)
+        : undefined,
       decidedByKey: isSet(object.decidedByKey)
         ? globalThis.String(object.decidedByKey)
         : isSet(object.decided_by_key)
@@ -957,14 +1010,8 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
     if (message.decidedBy !== "") {
       obj.decidedBy = message.decidedBy;
     }
-    if (message.kind !== undefined) {
-      obj.kind = message.kind;
-    }
-    if (message.answers !== undefined) {
-      obj.answers = Answers.toJSON(message.answers);
-    }
-    if (message.feedback !== undefined) {
-      obj.feedback = message.feedback;
+    if (message.retiredKind !== undefined) {
+      obj.retiredKind = message.retiredKind;
     }
     if (message.decidedByKey !== undefined) {
       obj.decidedByKey = message.decidedByKey;
@@ -985,84 +1032,9 @@ export const DecideApprovalRequest: MessageFns<DecideApprovalRequest> = {
     message.callId = object.callId ?? "";
     message.decision = object.decision ?? "";
     message.decidedBy = object.decidedBy ?? "";
-    message.kind = object.kind ?? undefined;
-    message.answers = (object.answers !== undefined && object.answers !== null)
-      ? Answers.fromPartial(object.answers)
-      : undefined;
-    message.feedback = object.feedback ?? undefined;
+    message.retiredKind = object.retiredKind ?? undefined;
     message.decidedByKey = object.decidedByKey ?? undefined;
     message.decidedByKeyId = object.decidedByKeyId ?? undefined;
-    return message;
-  },
-};
-
-function createBaseAnswers(): Answers {
-  return { answers: [] };
-}
-
-export const Answers: MessageFns<Answers> = {
-  encode(message: Answers, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    for (const v of message.answers) {
-      QuestionAnswer.encode(v!, writer.uint32(10).fork()).join();
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): Answers {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseAnswers();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.answers.push(QuestionAnswer.decode(reader, reader.uint32()));
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): Answers {
-    return {
-      answers: globalThis.Array.isArray(object?.answers)
-        ? object.answers.map((e: any) => QuestionAnswer.fromJSON(e))
-        : [],
-    };
-  },
-
-  toJSON(message: Answers): unknown {
-    const obj: any = {};
-    if (message.answers?.length) {
-      obj.answers = message.answers.map((e) => QuestionAnswer.toJSON(e));
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<Answers>, I>>(base?: I): Answers {
-    return Answers.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<Answers>, I>>(object: I): Answers {
-    const message = createBaseAnswers();
-    message.answers = object.answers?.map((e) => QuestionAnswer.fromPartial(e)) || [];
     return message;
   },
 };
@@ -1134,8 +1106,539 @@ export const DecideApprovalResponse: MessageFns<DecideApprovalResponse> = {
   },
 };
 
+function createBaseAnswerQuestionRequest(): AnswerQuestionRequest {
+  return { tenant: "", sessionId: "", callId: "", answers: [], decidedBy: "", decidedByKey: "", decidedByKeyId: "" };
+}
+
+export const AnswerQuestionRequest: MessageFns<AnswerQuestionRequest> = {
+  encode(message: AnswerQuestionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.callId !== "") {
+      writer.uint32(26).string(message.callId);
+    }
+    for (const v of message.answers) {
+      QuestionAnswer.encode(v!, writer.uint32(34).fork()).join();
+    }
+    if (message.decidedBy !== "") {
+      writer.uint32(42).string(message.decidedBy);
+    }
+    if (message.decidedByKey !== "") {
+      writer.uint32(50).string(message.decidedByKey);
+    }
+    if (message.decidedByKeyId !== "") {
+      writer.uint32(58).string(message.decidedByKeyId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AnswerQuestionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAnswerQuestionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.answers.push(QuestionAnswer.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.decidedBy = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.decidedByKey = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.decidedByKeyId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AnswerQuestionRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      answers: globalThis.Array.isArray(object?.answers)
+        ? object.answers.map((e: any) => QuestionAnswer.fromJSON(e))
+        : [],
+      decidedBy: isSet(object.decidedBy)
+        ? globalThis.String(object.decidedBy)
+        : isSet(object.decided_by)
+        ? globalThis.String(object.decided_by)
+        : "",
+      decidedByKey: isSet(object.decidedByKey)
+        ? globalThis.String(object.decidedByKey)
+        : isSet(object.decided_by_key)
+        ? globalThis.String(object.decided_by_key)
+        : "",
+      decidedByKeyId: isSet(object.decidedByKeyId)
+        ? globalThis.String(object.decidedByKeyId)
+        : isSet(object.decided_by_key_id)
+        ? globalThis.String(object.decided_by_key_id)
+        : "",
+    };
+  },
+
+  toJSON(message: AnswerQuestionRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.answers?.length) {
+      obj.answers = message.answers.map((e) => QuestionAnswer.toJSON(e));
+    }
+    if (message.decidedBy !== "") {
+      obj.decidedBy = message.decidedBy;
+    }
+    if (message.decidedByKey !== "") {
+      obj.decidedByKey = message.decidedByKey;
+    }
+    if (message.decidedByKeyId !== "") {
+      obj.decidedByKeyId = message.decidedByKeyId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AnswerQuestionRequest>, I>>(base?: I): AnswerQuestionRequest {
+    return AnswerQuestionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AnswerQuestionRequest>, I>>(object: I): AnswerQuestionRequest {
+    const message = createBaseAnswerQuestionRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.callId = object.callId ?? "";
+    message.answers = object.answers?.map((e) => QuestionAnswer.fromPartial(e)) || [];
+    message.decidedBy = object.decidedBy ?? "";
+    message.decidedByKey = object.decidedByKey ?? "";
+    message.decidedByKeyId = object.decidedByKeyId ?? "";
+    return message;
+  },
+};
+
+function createBaseAnswerQuestionResponse(): AnswerQuestionResponse {
+  return { seq: 0 };
+}
+
+export const AnswerQuestionResponse: MessageFns<AnswerQuestionResponse> = {
+  encode(message: AnswerQuestionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).uint64(message.seq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AnswerQuestionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAnswerQuestionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AnswerQuestionResponse {
+    return { seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0 };
+  },
+
+  toJSON(message: AnswerQuestionResponse): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AnswerQuestionResponse>, I>>(base?: I): AnswerQuestionResponse {
+    return AnswerQuestionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AnswerQuestionResponse>, I>>(object: I): AnswerQuestionResponse {
+    const message = createBaseAnswerQuestionResponse();
+    message.seq = object.seq ?? 0;
+    return message;
+  },
+};
+
+function createBaseDecidePlanRequest(): DecidePlanRequest {
+  return {
+    tenant: "",
+    sessionId: "",
+    callId: "",
+    approve: false,
+    feedback: "",
+    decidedBy: "",
+    decidedByKey: "",
+    decidedByKeyId: "",
+  };
+}
+
+export const DecidePlanRequest: MessageFns<DecidePlanRequest> = {
+  encode(message: DecidePlanRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.callId !== "") {
+      writer.uint32(26).string(message.callId);
+    }
+    if (message.approve !== false) {
+      writer.uint32(32).bool(message.approve);
+    }
+    if (message.feedback !== "") {
+      writer.uint32(42).string(message.feedback);
+    }
+    if (message.decidedBy !== "") {
+      writer.uint32(50).string(message.decidedBy);
+    }
+    if (message.decidedByKey !== "") {
+      writer.uint32(58).string(message.decidedByKey);
+    }
+    if (message.decidedByKeyId !== "") {
+      writer.uint32(66).string(message.decidedByKeyId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DecidePlanRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDecidePlanRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.approve = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.feedback = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.decidedBy = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.decidedByKey = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.decidedByKeyId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DecidePlanRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      approve: isSet(object.approve) ? globalThis.Boolean(object.approve) : false,
+      feedback: isSet(object.feedback) ? globalThis.String(object.feedback) : "",
+      decidedBy: isSet(object.decidedBy)
+        ? globalThis.String(object.decidedBy)
+        : isSet(object.decided_by)
+        ? globalThis.String(object.decided_by)
+        : "",
+      decidedByKey: isSet(object.decidedByKey)
+        ? globalThis.String(object.decidedByKey)
+        : isSet(object.decided_by_key)
+        ? globalThis.String(object.decided_by_key)
+        : "",
+      decidedByKeyId: isSet(object.decidedByKeyId)
+        ? globalThis.String(object.decidedByKeyId)
+        : isSet(object.decided_by_key_id)
+        ? globalThis.String(object.decided_by_key_id)
+        : "",
+    };
+  },
+
+  toJSON(message: DecidePlanRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.approve !== false) {
+      obj.approve = message.approve;
+    }
+    if (message.feedback !== "") {
+      obj.feedback = message.feedback;
+    }
+    if (message.decidedBy !== "") {
+      obj.decidedBy = message.decidedBy;
+    }
+    if (message.decidedByKey !== "") {
+      obj.decidedByKey = message.decidedByKey;
+    }
+    if (message.decidedByKeyId !== "") {
+      obj.decidedByKeyId = message.decidedByKeyId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DecidePlanRequest>, I>>(base?: I): DecidePlanRequest {
+    return DecidePlanRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DecidePlanRequest>, I>>(object: I): DecidePlanRequest {
+    const message = createBaseDecidePlanRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.callId = object.callId ?? "";
+    message.approve = object.approve ?? false;
+    message.feedback = object.feedback ?? "";
+    message.decidedBy = object.decidedBy ?? "";
+    message.decidedByKey = object.decidedByKey ?? "";
+    message.decidedByKeyId = object.decidedByKeyId ?? "";
+    return message;
+  },
+};
+
+function createBaseDecidePlanResponse(): DecidePlanResponse {
+  return { seq: 0 };
+}
+
+export const DecidePlanResponse: MessageFns<DecidePlanResponse> = {
+  encode(message: DecidePlanResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).uint64(message.seq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DecidePlanResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDecidePlanResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DecidePlanResponse {
+    return { seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0 };
+  },
+
+  toJSON(message: DecidePlanResponse): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DecidePlanResponse>, I>>(base?: I): DecidePlanResponse {
+    return DecidePlanResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DecidePlanResponse>, I>>(object: I): DecidePlanResponse {
+    const message = createBaseDecidePlanResponse();
+    message.seq = object.seq ?? 0;
+    return message;
+  },
+};
+
 function createBaseSetSandboxModeRequest(): SetSandboxModeRequest {
-  return { tenant: "", sessionId: "", mode: "", changedBy: "", setting: undefined };
+  return { tenant: "", sessionId: "", mode: "", changedBy: "", retiredSetting: undefined };
 }
 
 export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
@@ -1152,8 +1655,8 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
     if (message.changedBy !== "") {
       writer.uint32(34).string(message.changedBy);
     }
-    if (message.setting !== undefined) {
-      writer.uint32(42).string(message.setting);
+    if (message.retiredSetting !== undefined) {
+      writer.uint32(42).string(message.retiredSetting);
     }
     return writer;
   },
@@ -1208,7 +1711,7 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
               break;
             }
 
-            message.setting = reader.string();
+            message.retiredSetting = reader.string();
             continue;
           }
         }
@@ -1237,7 +1740,11 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
         : isSet(object.changed_by)
         ? globalThis.String(object.changed_by)
         : "",
-      setting: isSet(object.setting) ? globalThis.String(object.setting) : undefined,
+      retiredSetting: isSet(object.retiredSetting)
+        ? globalThis.String(object.retiredSetting)
+        : isSet(object.retired_setting)
+        ? globalThis.String(object.retired_setting)
+        : undefined,
     };
   },
 
@@ -1255,8 +1762,8 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
     if (message.changedBy !== "") {
       obj.changedBy = message.changedBy;
     }
-    if (message.setting !== undefined) {
-      obj.setting = message.setting;
+    if (message.retiredSetting !== undefined) {
+      obj.retiredSetting = message.retiredSetting;
     }
     return obj;
   },
@@ -1270,7 +1777,7 @@ export const SetSandboxModeRequest: MessageFns<SetSandboxModeRequest> = {
     message.sessionId = object.sessionId ?? "";
     message.mode = object.mode ?? "";
     message.changedBy = object.changedBy ?? "";
-    message.setting = object.setting ?? undefined;
+    message.retiredSetting = object.retiredSetting ?? undefined;
     return message;
   },
 };
@@ -1337,6 +1844,390 @@ export const SetSandboxModeResponse: MessageFns<SetSandboxModeResponse> = {
   },
   fromPartial<I extends Exact<DeepPartial<SetSandboxModeResponse>, I>>(object: I): SetSandboxModeResponse {
     const message = createBaseSetSandboxModeResponse();
+    message.seq = object.seq ?? 0;
+    return message;
+  },
+};
+
+function createBaseSetPlanModeRequest(): SetPlanModeRequest {
+  return { tenant: "", sessionId: "", on: false, changedBy: "" };
+}
+
+export const SetPlanModeRequest: MessageFns<SetPlanModeRequest> = {
+  encode(message: SetPlanModeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.on !== false) {
+      writer.uint32(24).bool(message.on);
+    }
+    if (message.changedBy !== "") {
+      writer.uint32(34).string(message.changedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetPlanModeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetPlanModeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.on = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.changedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetPlanModeRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      on: isSet(object.on) ? globalThis.Boolean(object.on) : false,
+      changedBy: isSet(object.changedBy)
+        ? globalThis.String(object.changedBy)
+        : isSet(object.changed_by)
+        ? globalThis.String(object.changed_by)
+        : "",
+    };
+  },
+
+  toJSON(message: SetPlanModeRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.on !== false) {
+      obj.on = message.on;
+    }
+    if (message.changedBy !== "") {
+      obj.changedBy = message.changedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetPlanModeRequest>, I>>(base?: I): SetPlanModeRequest {
+    return SetPlanModeRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetPlanModeRequest>, I>>(object: I): SetPlanModeRequest {
+    const message = createBaseSetPlanModeRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.on = object.on ?? false;
+    message.changedBy = object.changedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseSetPlanModeResponse(): SetPlanModeResponse {
+  return { seq: 0 };
+}
+
+export const SetPlanModeResponse: MessageFns<SetPlanModeResponse> = {
+  encode(message: SetPlanModeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).uint64(message.seq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetPlanModeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetPlanModeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetPlanModeResponse {
+    return { seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0 };
+  },
+
+  toJSON(message: SetPlanModeResponse): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetPlanModeResponse>, I>>(base?: I): SetPlanModeResponse {
+    return SetPlanModeResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetPlanModeResponse>, I>>(object: I): SetPlanModeResponse {
+    const message = createBaseSetPlanModeResponse();
+    message.seq = object.seq ?? 0;
+    return message;
+  },
+};
+
+function createBaseSetSessionModeRequest(): SetSessionModeRequest {
+  return { tenant: "", sessionId: "", mode: "", changedBy: "" };
+}
+
+export const SetSessionModeRequest: MessageFns<SetSessionModeRequest> = {
+  encode(message: SetSessionModeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.mode !== "") {
+      writer.uint32(26).string(message.mode);
+    }
+    if (message.changedBy !== "") {
+      writer.uint32(34).string(message.changedBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetSessionModeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetSessionModeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.changedBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetSessionModeRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      changedBy: isSet(object.changedBy)
+        ? globalThis.String(object.changedBy)
+        : isSet(object.changed_by)
+        ? globalThis.String(object.changed_by)
+        : "",
+    };
+  },
+
+  toJSON(message: SetSessionModeRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.mode !== "") {
+      obj.mode = message.mode;
+    }
+    if (message.changedBy !== "") {
+      obj.changedBy = message.changedBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetSessionModeRequest>, I>>(base?: I): SetSessionModeRequest {
+    return SetSessionModeRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetSessionModeRequest>, I>>(object: I): SetSessionModeRequest {
+    const message = createBaseSetSessionModeRequest();
+    message.tenant = object.tenant ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.mode = object.mode ?? "";
+    message.changedBy = object.changedBy ?? "";
+    return message;
+  },
+};
+
+function createBaseSetSessionModeResponse(): SetSessionModeResponse {
+  return { seq: 0 };
+}
+
+export const SetSessionModeResponse: MessageFns<SetSessionModeResponse> = {
+  encode(message: SetSessionModeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).uint64(message.seq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetSessionModeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetSessionModeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetSessionModeResponse {
+    return { seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0 };
+  },
+
+  toJSON(message: SetSessionModeResponse): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetSessionModeResponse>, I>>(base?: I): SetSessionModeResponse {
+    return SetSessionModeResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetSessionModeResponse>, I>>(object: I): SetSessionModeResponse {
+    const message = createBaseSetSessionModeResponse();
     message.seq = object.seq ?? 0;
     return message;
   },
