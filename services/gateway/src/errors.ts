@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { trace } from "@opentelemetry/api";
 import { TackError } from "@tack/bus";
-import { errorSpec, GRPC_STATUS_NUMBERS, HTTP_FOR_GRPC, type ErrorCode, type GrpcStatus } from "@tack/errors";
+import { errorSpec, GRPC_STATUS_NUMBERS, HTTP_FOR_GRPC, isErrorCode, type ErrorCode, type GrpcStatus } from "@tack/errors";
 import { logger, type Logger } from "@tack/telemetry";
 
 /** A request the gateway refuses: a TackError that also carries the HTTP status to answer with. */
@@ -64,7 +64,8 @@ export function toHttpError(error: unknown, options: { log?: Logger; fields?: Re
 function serverFailureSentence(e: TackError, status: number): string {
   const service = serviceOf(e);
   const named = service ? `the ${service} service` : "a Tack service behind the gateway";
-  switch (e.code as ErrorCode) {
+  const code: ErrorCode | undefined = isErrorCode(e.code) ? e.code : undefined;
+  switch (code) {
     case "bus.no_responders":
       return `no ${service ?? "Tack"} service answers; start Tack with \`tack up\``;
     case "bus.unreachable":
@@ -115,7 +116,7 @@ export function grpcStatusOf(error: unknown): number {
   const e = TackError.from(error);
   const status = e instanceof GatewayError ? e.status : httpStatusOf(e.code);
   const catalogued = errorSpec(e.code);
-  if (catalogued && (!(e instanceof GatewayError) || HTTP_FOR_GRPC[catalogued.grpc].includes(status as never))) return GRPC_STATUS_NUMBERS[catalogued.grpc];
+  if (catalogued && (!(e instanceof GatewayError) || HTTP_FOR_GRPC[catalogued.grpc].some((http) => http === status))) return GRPC_STATUS_NUMBERS[catalogued.grpc];
   const byHttp: Record<number, GrpcStatus> = {
     400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 405: "UNIMPLEMENTED", 409: "FAILED_PRECONDITION",
     413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
