@@ -4,15 +4,15 @@
 // neither a GET nor a follower costs a consumer of its own (docs/decisions/0019-session-feeds.md).
 import { DeliverPolicy, jetstream, JetStreamApiError, type ConsumerMessages, type JetStreamManager } from "@nats-io/jetstream";
 import type { Bus } from "@tack/bus";
-import { checkEvent, readSession } from "@tack/log";
+import { checkEvent, readSession, SessionState } from "@tack/log";
 import { Event } from "@tack/proto";
-import { SessionStateFold, type SessionState } from "./session-state.js";
+import { sessionStateJson, type SessionStateJson } from "./session-state.js";
 import type { SessionRow } from "./store.js";
 import { UsageFold, type SessionUsage } from "./usage.js";
 
 /** What the view of one session says, as of the moment it was asked. */
 export interface SessionView {
-  readonly state: SessionState;
+  readonly state: SessionStateJson;
   readonly usage: SessionUsage;
   /** The seq of the last event in the log (0 for an empty log). */
   readonly lastSeq: number;
@@ -57,7 +57,7 @@ class FeedUnavailable extends Error {}
 
 /** One session's feed: an ordered consumer from the log's first event, its folds, its recent events and its followers. */
 class SessionFeed {
-  readonly #state = new SessionStateFold();
+  readonly #state = new SessionState();
   readonly #usage = new UsageFold();
   readonly #recent: { event: Event; bytes: number }[] = [];
   #recentBytes = 0;
@@ -224,7 +224,7 @@ class SessionFeed {
 
   /** The same object until an event is applied (callers may key what they derive from it by identity). */
   view(): SessionView {
-    return this.#view ??= { state: this.#state.snapshot(), usage: this.#usage.snapshot(), lastSeq: this.lastSeq };
+    return this.#view ??= { state: sessionStateJson(this.#state), usage: this.#usage.snapshot(), lastSeq: this.lastSeq };
   }
 
   /** The seq of the oldest event still kept for followers (the next one when none is kept). */
@@ -536,7 +536,7 @@ export class SessionFeeds {
 
   /** The view read from the whole log (when the feed could not give it). */
   async #readView(row: SessionRow): Promise<SessionView> {
-    const state = new SessionStateFold();
+    const state = new SessionState();
     const usage = new UsageFold();
     let lastSeq = 0;
     for await (const event of readSession(this.#bus.nc, this.#bus.names, { tenant: row.tenant, sessionId: row.id })) {
@@ -544,6 +544,6 @@ export class SessionFeeds {
       usage.apply(event);
       lastSeq = event.seq;
     }
-    return { state: state.snapshot(), usage: usage.snapshot(), lastSeq };
+    return { state: sessionStateJson(state), usage: usage.snapshot(), lastSeq };
   }
 }

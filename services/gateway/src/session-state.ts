@@ -1,4 +1,4 @@
-import type { Event } from "@tack/proto";
+import type { SessionState, Waiting } from "@tack/log";
 import type { Operation } from "./call.js";
 import { requireSession, type GatewayContext } from "./sessions.js";
 
@@ -16,76 +16,38 @@ export type WaitingJson =
   | { kind: "plan"; call_id: string; plan: string; seq: number };
 
 /** What the log says about a session's state beyond its index row: mode, plan mode, task list and what waits for a person. */
-export interface SessionState {
+export interface SessionStateJson {
+  /** Undefined before `session/created` (the index row's mode applies). */
   mode: string | undefined;
   plan_mode: boolean;
   todos: TodoJson[];
   waiting: WaitingJson[];
 }
 
-/**
- * The session's current state, folded one event at a time (the same rules the loop applies), so
- * a live view of a session (src/feeds.ts) keeps it up to date without reading the log again.
- */
-export class SessionStateFold {
-  #mode: string | undefined;
-  #planMode = false;
-  #todos: TodoJson[] = [];
-  readonly #waiting = new Map<string, WaitingJson>();
-
-  apply(e: Event): void {
-    const p = e.payload;
-    switch (p?.$case) {
-      case "sessionCreated":
-        this.#mode = p.value.mode || "standard";
-        break;
-      case "sessionMode":
-        this.#mode = p.value.mode;
-        break;
-      case "planMode":
-        this.#planMode = p.value.on;
-        break;
-      case "todoUpdated":
-        this.#todos = p.value.items.map((i) => ({ ...(i.id ? { id: i.id } : {}), content: i.content, status: i.status }));
-        break;
-      case "approvalAsked": {
-        const a = p.value;
-        this.#waiting.set(a.callId, { kind: "approval", call_id: a.callId, tool: a.toolName, operation: a.operation, requested_mode: a.requestedMode, justification: a.justification, approval_kind: a.kind || "sandbox", seq: e.seq });
-        break;
-      }
-      case "questionAsked":
-        this.#waiting.set(p.value.callId, {
-          kind: "question", call_id: p.value.callId, seq: e.seq,
-          questions: p.value.questions.map((q) => ({ header: q.header, question: q.question, multi_select: q.multiSelect, options: q.options.map((o) => ({ ...o })) })),
-        });
-        break;
-      case "planSubmitted":
-        this.#waiting.set(p.value.callId, { kind: "plan", call_id: p.value.callId, plan: p.value.plan, seq: e.seq });
-        break;
-      case "planDecided":
-        if (p.value.decision === "approve") this.#planMode = false;
-        this.#waiting.delete(p.value.callId);
-        break;
-      case "approvalDecided":
-      case "questionAnswered":
-        this.#waiting.delete(p.value.callId);
-        break;
-      default:
-        break;
-    }
-  }
-
-  /** The state so far; later events do not change what it returned. */
-  snapshot(): SessionState {
-    return { mode: this.#mode, plan_mode: this.#planMode, todos: this.#todos, waiting: [...this.#waiting.values()] };
-  }
+/** The API's form of the session's state as the log's fold (`SessionState` of @tack/log) has it now. */
+export function sessionStateJson(state: SessionState): SessionStateJson {
+  return {
+    mode: state.created ? state.mode : undefined,
+    plan_mode: state.planMode,
+    todos: state.todos.map((i) => ({ ...(i.id ? { id: i.id } : {}), content: i.content, status: i.status })),
+    waiting: state.waiting.map(waitingJson),
+  };
 }
 
-/** Folds a whole log into the session's current state. */
-export function sessionState(events: readonly Event[]): SessionState {
-  const fold = new SessionStateFold();
-  for (const e of events) fold.apply(e);
-  return fold.snapshot();
+function waitingJson(w: Waiting): WaitingJson {
+  switch (w.kind) {
+    case "approval": {
+      const a = w.asked;
+      return { kind: "approval", call_id: a.callId, tool: a.toolName, operation: a.operation, requested_mode: a.requestedMode, justification: a.justification, approval_kind: a.kind || "sandbox", seq: w.seq };
+    }
+    case "question":
+      return {
+        kind: "question", call_id: w.asked.callId, seq: w.seq,
+        questions: w.asked.questions.map((q) => ({ header: q.header, question: q.question, multi_select: q.multiSelect, options: q.options.map((o) => ({ label: o.label, description: o.description })) })),
+      };
+    case "plan":
+      return { kind: "plan", call_id: w.asked.callId, plan: w.asked.plan, seq: w.seq };
+  }
 }
 
 /** `GetTodos`: the session's current task list (the last `todo_write`). */

@@ -80,6 +80,34 @@ describe("session feeds", () => {
     }
   });
 
+  it("feeds - a view's state in the API's form: task list, what waits for a person (in the order asked) until decided or the turn ends", async () => {
+    const feeds = new SessionFeeds(bus, jsm);
+    try {
+      const { row, writer } = await session(1);
+      await writer.append(
+        draft("turnStart", { turn: 1, userMessageSeq: 2 }, "loop"),
+        draft("todoUpdated", { callId: "t1", items: [{ id: "", content: "a", status: "pending" }, { id: "2", content: "b", status: "completed" }] }, "loop"),
+        draft("questionAsked", { callId: "q1", questions: [{ header: "H", question: "Q?", multiSelect: true, options: [{ label: "x", description: "d" }] }] }, "loop"),
+        draft("approvalAsked", { callId: "a1", toolName: "bash", operation: "ls", requestedMode: "danger-full-access", justification: "j" }, "loop"),
+        draft("planSubmitted", { callId: "p1", plan: "P" }, "loop"),
+      );
+      const { state } = await feeds.view(row);
+      expect(state.todos).toEqual([{ content: "a", status: "pending" }, { id: "2", content: "b", status: "completed" }]);
+      expect(state.waiting).toEqual([
+        { kind: "question", call_id: "q1", seq: 5, questions: [{ header: "H", question: "Q?", multi_select: true, options: [{ label: "x", description: "d" }] }] },
+        { kind: "approval", call_id: "a1", tool: "bash", operation: "ls", requested_mode: "danger-full-access", justification: "j", approval_kind: "sandbox", seq: 6 },
+        { kind: "plan", call_id: "p1", plan: "P", seq: 7 },
+      ]);
+      await writer.append(draft("approvalDecided", { callId: "a1", decision: "allow_once", decidedBy: "me" }, "loop"));
+      expect((await feeds.view(row)).state.waiting.map((w) => w.call_id)).toEqual(["q1", "p1"]);
+      // No one can answer a call of an ended turn: it no longer waits.
+      await writer.append(draft("turnEnd", { turn: 1, reason: "error", steps: 1 }, "loop"));
+      expect((await feeds.view(row)).state.waiting).toEqual([]);
+    } finally {
+      feeds.close();
+    }
+  });
+
   it("feeds - views asked at once share the check of the log's end, and each still holds what was stored before it was asked", async () => {
     const feeds = new SessionFeeds(bus, jsm);
     try {
