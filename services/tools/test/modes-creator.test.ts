@@ -40,7 +40,7 @@ describe("creator mode", () => {
     const listed = listTools("creator", { tools: [defined] }).at(-1)!;
     expect(listed).toEqual({
       name: "count_words", description: "Count the words of a text", parametersJson: JSON.stringify(WORDS.parameters),
-      deniable: ["writes", "network"], operationArgument: "", handler: "", approval: "",
+      deniable: ["writes", "network"], operationArgument: "", handler: "", approval: "", hookAliases: [], pathIsFile: false, writesPath: false, sessionOperation: "",
     });
     // Definitions are creator mode's: another mode lists its own tools only.
     expect(listTools("standard", { tools: [defined] }).map((t) => t.name)).toEqual(standard);
