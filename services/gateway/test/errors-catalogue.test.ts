@@ -31,7 +31,7 @@ describe("errors - statuses from the catalogue", () => {
       ["loop.bad_workspace", 400], ["loop.empty_message", 400], ["loop.unknown_session", 404], ["loop.session_exists", 409],
       ["loop.busy", 409], ["loop.session_busy", 409], ["loop.bad_budget", 400], ["loop.bad_decision", 400],
       ["loop.no_pending_approval", 404], ["loop.mode_change_refused", 409], ["loop.no_pending_question", 404],
-      ["loop.no_pending_plan", 404], ["loop.bad_answer", 400], ["loop.mode_fixed", 409], ["loop.bad_plan_mode", 400],
+      ["loop.no_pending_plan", 404], ["loop.bad_answer", 400], ["loop.mode_fixed", 409],
       ["llm.unknown_model", 400], ["llm.missing_key", 400], ["llm.bad_script", 400],
       ["bus.no_responders", 503], ["bus.unreachable", 503], ["bus.timeout", 504], ["bus.request_failed", 502], ["internal", 500],
       ["sandbox.docker_failed", 502], ["log.conflict", 502], ["llm.server_error", 502],
