@@ -1,6 +1,4 @@
 import type { SessionState, Waiting } from "@tack/log";
-import type { Operation } from "./call.js";
-import { requireSession, type GatewayContext } from "./sessions.js";
 
 /** One task of a session's task list, as the API shows it. */
 export interface TodoJson {
@@ -48,12 +46,4 @@ function waitingJson(w: Waiting): WaitingJson {
     case "plan":
       return { kind: "plan", call_id: w.asked.callId, plan: w.asked.plan, seq: w.seq };
   }
-}
-
-/** `GetTodos`: the session's current task list (the last `todo_write`). */
-export function getTodos(context: GatewayContext): Operation {
-  return async (call, request) => {
-    const row = await requireSession(context, call, request.id);
-    return { body: { todos: (await context.feeds.view(row)).state.todos } };
-  };
 }

@@ -5,9 +5,6 @@ import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
 import type { SessionView } from "./feeds.js";
 import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
-
-// session-state.ts still imports these from here (its GetTodos moved here, beside GetSession).
-export { requireSession, type GatewayContext } from "./gateway-context.js";
 import type { SessionFilter, SessionRow } from "./store.js";
 import { sandboxModeField } from "./validation.js";
 import { sessionWorkspace } from "./workspaces.js";
