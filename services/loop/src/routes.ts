@@ -24,8 +24,8 @@ async function submit(runtime: SessionRuntime, req: SubmitMessageRequest): Promi
 }
 
 /** The rpcs that replaced the retired `kind`s of DecideApproval and `setting`s of SetSandboxMode, with their queue subjects' last token. */
-const RETIRED_KINDS: Record<string, string> = { question: "AnswerQuestion (loop.answer)", plan: "DecidePlan (loop.decide_plan)" };
-const RETIRED_SETTINGS: Record<string, string> = { plan: "SetPlanMode (loop.plan_mode)", session: "SetSessionMode (loop.session_mode)" };
+const RETIRED_KINDS = new Map([["question", "AnswerQuestion (loop.answer)"], ["plan", "DecidePlan (loop.decide_plan)"]]);
+const RETIRED_SETTINGS = new Map([["plan", "SetPlanMode (loop.plan_mode)"], ["session", "SetSessionMode (loop.session_mode)"]]);
 
 /**
  * Refuses a request in a shape this loop retired (one rpc carried several operations behind a
@@ -85,7 +85,7 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
       request: DecideApprovalRequest, response: DecideApprovalResponse,
       owned: async (runtime, req) => {
         const kind = req.retiredKind || "approval";
-        const replacement = RETIRED_KINDS[kind];
+        const replacement = RETIRED_KINDS.get(kind);
         if (replacement) throw outdated("DecideApproval", `kind ${JSON.stringify(kind)}`, replacement);
         if (kind !== "approval") throw new TackError("loop.bad_decision", `kind ${JSON.stringify(kind)} is unknown; DecideApproval answers approvals (questions: AnswerQuestion, plans: DecidePlan)`);
         if (!(DECISIONS as readonly string[]).includes(req.decision)) {
@@ -116,7 +116,7 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
       request: SetSandboxModeRequest, response: SetSandboxModeResponse,
       owned: async (runtime, req) => {
         const setting = req.retiredSetting || "sandbox";
-        const replacement = RETIRED_SETTINGS[setting];
+        const replacement = RETIRED_SETTINGS.get(setting);
         if (replacement) throw outdated("SetSandboxMode", `setting ${JSON.stringify(setting)}`, replacement);
         if (setting !== "sandbox") throw new TackError("loop.bad_sandbox_mode", `setting ${JSON.stringify(setting)} is unknown; SetSandboxMode changes the sandbox mode (plan mode: SetPlanMode, session mode: SetSessionMode)`);
         await changer(runtime, req, ownership);
