@@ -1,6 +1,5 @@
 import { TackError } from "@tack/bus";
 import { ALLOWED_FROM, modeRank, type Denied } from "@tack/config";
-import { timestampMs } from "@tack/log";
 import type { ApprovalAsked, ApprovalDecided, Event, ToolCall, ToolSpec } from "@tack/proto";
 import { PendingWaits } from "./waits.js";
 
@@ -181,32 +180,6 @@ export function approvalPolicyOf(events: readonly Event[]): string {
     if (p?.$case === "approvalPolicy") return p.value.policy;
   }
   return "ask";
-}
-
-/** What the log says about one call's approval. */
-export interface ApprovalState {
-  /** When `approval/asked` was logged (epoch ms; 0 without one, as after a `policy:never` rejection). */
-  readonly askedAtMs: number;
-  readonly decided?: ApprovalDecided;
-  /** What was asked: `sandbox` or `tool` (as on `approval/asked`; `sandbox` without one). */
-  readonly kind?: string;
-}
-
-/** The approval state of each call with approval events in `events` (one turn's worth). */
-export function approvalsIn(events: readonly Event[]): Map<string, ApprovalState> {
-  const out = new Map<string, ApprovalState>();
-  for (const e of events) {
-    const p = e.payload;
-    if (p?.$case === "approvalAsked") out.set(p.value.callId, { ...out.get(p.value.callId), askedAtMs: timestampMs(e.time), kind: p.value.kind || "sandbox" });
-    else if (p?.$case === "approvalDecided") out.set(p.value.callId, { askedAtMs: 0, ...out.get(p.value.callId), decided: p.value });
-  }
-  return out;
-}
-
-/** Call id of the first sandbox `approval/asked` in `events` (one turn's worth), i.e. the turn's one escalation (per-call tool approvals do not count). */
-export function escalationIn(events: readonly Event[]): string | undefined {
-  const asked = events.find((e) => e.payload?.$case === "approvalAsked" && (e.payload.value.kind || "sandbox") === "sandbox");
-  return asked?.payload?.$case === "approvalAsked" ? asked.payload.value.callId : undefined;
 }
 
 /**

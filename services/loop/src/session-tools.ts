@@ -1,8 +1,8 @@
 // Tools the loop carries out itself (ToolSpec handler `session`): they change the session, not the sandbox.
 import { TackError } from "@tack/bus";
 import { LinearRegExp } from "@tack/linear-regex";
-import { draft, timestampMs, type Draft } from "@tack/log";
-import type { DefinedTools, Event, PlanDecided, Question, QuestionAnswer, QuestionAnswered, TodoItem, ToolCall, ToolSpec } from "@tack/proto";
+import { draft, timestampMs, type Draft, type SessionState } from "@tack/log";
+import type { Event, PlanDecided, Question, QuestionAnswer, QuestionAnswered, QuestionAsked, TodoItem, ToolCall, ToolSpec } from "@tack/proto";
 import { z } from "zod";
 import { deniableOf, escalationOf } from "./approvals.js";
 import { PendingWaits } from "./waits.js";
@@ -66,36 +66,6 @@ export function planModeOf(events: readonly Event[]): boolean {
   return false;
 }
 
-/** The session's mode (tools mode): the latest `session/mode`, else the one it was created with. */
-/** The tools the session defined (creator mode), in log order; undefined when it defined none. */
-export function definedToolsOf(events: readonly Event[]): DefinedTools | undefined {
-  const tools = events.flatMap((event) => {
-    const p = event.payload;
-    if (p?.$case !== "toolDefined") return [];
-    const { name, description, parametersJson, language, code } = p.value;
-    return [{ name, description, parametersJson, language, code }];
-  });
-  return tools.length > 0 ? { tools } : undefined;
-}
-
-export function sessionModeOf(events: readonly Event[]): string {
-  for (let i = events.length - 1; i >= 0; i--) {
-    const p = events[i]!.payload;
-    if (p?.$case === "sessionMode") return p.value.mode;
-    if (p?.$case === "sessionCreated") return p.value.mode || "standard";
-  }
-  return "standard";
-}
-
-/** The session's task list: the items of the latest `todo/updated` (empty without one). */
-export function todosOf(events: readonly Event[]): TodoItem[] {
-  for (let i = events.length - 1; i >= 0; i--) {
-    const p = events[i]!.payload;
-    if (p?.$case === "todoUpdated") return p.value.items;
-  }
-  return [];
-}
-
 /** Why plan mode refuses `call`, or undefined when it may run: an escalation, or a tool that can write while the sandbox would let it. */
 export function planModeRefusal(call: ToolCall, tool: ToolSpec | undefined, sandboxMode: string): string | undefined {
   if (escalationOf(call, tool)) return SESSION_TOOL_TEXT.planModeEscalation;
@@ -108,6 +78,8 @@ export function planModeRefusal(call: ToolCall, tool: ToolSpec | undefined, sand
 export interface SessionToolDeps {
   /** The whole log so far (a call already carried out before a crash is not carried out again). */
   readonly events: readonly Event[];
+  /** The session's state as the log says it now. */
+  readonly state: SessionState;
   readonly append: (...drafts: Draft[]) => Promise<Event[]>;
   readonly questions: PendingWaits<QuestionAnswered>;
   readonly plans: PendingWaits<PlanDecided>;
@@ -182,7 +154,7 @@ async function askQuestions(
 
 async function submitPlan(deps: SessionToolDeps, call: ToolCall, plan: string, turn: number, step: number) {
   const submitted = deps.events.some((e) => e.payload?.$case === "planSubmitted" && e.payload.value.callId === call.id);
-  if (!submitted && !planModeOf(deps.events)) return { content: SESSION_TOOL_TEXT.notInPlanMode, isError: true };
+  if (!submitted && !deps.state.planMode) return { content: SESSION_TOOL_TEXT.notInPlanMode, isError: true };
   const decided = await waitOnce(deps, deps.plans, call.id, "planSubmitted", "planDecided",
     () => deps.append(draft("planSubmitted", { callId: call.id, plan, turn, step }, SOURCE)));
   switch (decided.decision) {
@@ -220,11 +192,10 @@ async function waitOnce<T extends { callId: string }>(
   return outcome;
 }
 
-/** Checks `answers` against the questions of call `callId` in `events`; throws `loop.bad_answer` naming what is wrong. */
-export function checkAnswers(events: readonly Event[], callId: string, answers: readonly QuestionAnswer[]): void {
-  const asked = events.find((e) => e.payload?.$case === "questionAsked" && e.payload.value.callId === callId);
-  if (asked?.payload?.$case !== "questionAsked") return; // nothing pending: the wait refuses it by name
-  const { questions } = asked.payload.value;
+/** Checks `answers` against the questions `asked` of call `callId`; throws `loop.bad_answer` naming what is wrong. */
+export function checkAnswers(asked: QuestionAsked | undefined, callId: string, answers: readonly QuestionAnswer[]): void {
+  if (!asked) return; // nothing pending: the wait refuses it by name
+  const { questions } = asked;
   const bad = (message: string) => new TackError("loop.bad_answer", `${message}; answer each question of call ${callId} in order with the labels of its options (see its question/asked event) or your own words in other`);
   if (answers.length !== questions.length) throw bad(`${answers.length} answer${answers.length === 1 ? "" : "s"} given for ${questions.length} question${questions.length === 1 ? "" : "s"}`);
   questions.forEach((q, i) => {

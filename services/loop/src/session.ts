@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { context } from "@opentelemetry/api";
 import { inSpan, retrying, TackError, type Bus, type RetryPolicy } from "@tack/bus";
 import {
-  deriveRequest, draft, Projection, readAll, serializeRequest, SessionLogWriter, type Draft, type ModelRequest, type SpillBucket,
+  deriveRequest, draft, Projection, readAll, serializeRequest, SessionLogWriter, SessionState, type Draft, type ModelRequest, type SpillBucket,
 } from "@tack/log";
 import {
   CallToolResponse, InvalidateSkillsRequest, InvalidateSkillsResponse, ListToolsRequest, ListToolsResponse, Surface_Kind, type ApprovalAsked, type ApprovalDecided, type CompleteDone, type Event, type PlanDecided, type QuestionAnswer,
@@ -10,7 +10,7 @@ import {
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import {
-  approvalPolicyOf, approvalsIn, escalationIn, keyFields, NO_KEY, outcomePlan, pendingApprovals, planCalls, sandboxModeOf, toolApprovalPlan, type CallPlan, type DecidedPlan, type Decision,
+  keyFields, NO_KEY, outcomePlan, pendingApprovals, planCalls, toolApprovalPlan, type CallPlan, type DecidedPlan, type Decision,
   type DecidingKey,
 } from "./approvals.js";
 import { callMcpTool, Extensions, mcpOperation, runSkillTool, skillsPathTouched, userSkill, type ExtensionsHost, type StepExtensions } from "./extensions.js";
@@ -21,7 +21,7 @@ import { callModel } from "./model-call.js";
 import { RulesTracker, type RulesHost } from "./rules.js";
 import { assertNoWiderProcesses, assertSandboxMode, assertToolsMode } from "./mode.js";
 import {
-  checkAnswers, definedToolsOf, pendingPlans, pendingQuestions, planModeOf, planModeRefusal, runSessionTool, SESSION_TOOL_TEXT, sessionModeOf, type SessionToolDeps,
+  checkAnswers, pendingPlans, pendingQuestions, planModeRefusal, runSessionTool, SESSION_TOOL_TEXT, type SessionToolDeps,
 } from "./session-tools.js";
 import type { PendingWaits } from "./waits.js";
 import { sessionSpend, type Budgets } from "./budget.js";
@@ -96,6 +96,8 @@ export class SessionRuntime {
   readonly events: Event[] = [];
   /** Incrementally kept model view; verified against a fresh derivation before every model call. */
   readonly projection = new Projection();
+  /** The session's state (modes, plan mode, what waits, this turn's approvals), kept event by event. */
+  readonly state = new SessionState();
   readonly lease: Lease;
   readonly #deps: SessionDeps;
   readonly #writer: SessionLogWriter;
@@ -133,6 +135,7 @@ export class SessionRuntime {
     writer.onAppend = (event) => {
       this.events.push(event);
       this.projection.apply(event);
+      this.state.apply(event);
     };
     this.#approvals = pendingApprovals(async (decided) => (await this.append(draft("approvalDecided", decided, SOURCE)))[0]!.seq);
     this.#questions = pendingQuestions(async (answered) => (await this.append(draft("questionAnswered", answered, SOURCE)))[0]!.seq);
@@ -152,6 +155,7 @@ export class SessionRuntime {
     for (const e of events) {
       runtime.events.push(e);
       runtime.projection.apply(e);
+      runtime.state.apply(e);
     }
     if (writer.lastSeq !== (events.at(-1)?.seq ?? 0)) {
       throw new TackError("loop.log_unreadable", `session ${sessionId}: read ${events.length} events but the log ends at seq ${writer.lastSeq}`);
@@ -255,7 +259,7 @@ export class SessionRuntime {
    * the questions and `loop.no_pending_question` when none is pending.
    */
   answerQuestion(callId: string, answers: readonly QuestionAnswer[], answeredBy: string, key: DecidingKey = NO_KEY): Promise<number> {
-    if (this.#questions.waiting.includes(callId)) checkAnswers(this.events, callId, answers);
+    if (this.#questions.waiting.includes(callId)) checkAnswers(this.state.question(callId), callId, answers);
     return this.#questions.answer(callId, { callId, outcome: "answered", answers: [...answers], answeredBy, ...keyFields(key, "answeredByKey", "answeredByKeyId") });
   }
 
@@ -302,9 +306,9 @@ export class SessionRuntime {
    */
   prefetchFirstTurn(): void {
     if (this.#lost || !this.meta || this.#turnCount() > 0) return;
-    const mode = sessionModeOf(this.events);
+    const mode = this.state.mode;
     this.#hooks.snapshot(this.#rulesHost());
-    const defined = definedToolsOf(this.events);
+    const defined = this.state.definedTools;
     const { bus } = this.#deps;
     const specs = bus.request(bus.names.toolsList, ListToolsRequest, { mode, ...(defined ? { defined } : {}) }, ListToolsResponse, { timeoutMs: 10_000 })
       .then((listed) => listed.tools, () => undefined);
@@ -319,7 +323,7 @@ export class SessionRuntime {
    */
   async setPlanMode(on: boolean, changedBy: string): Promise<number> {
     if (!this.meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
-    if (planModeOf(this.events) === on) return 0;
+    if (this.state.planMode === on) return 0;
     const [event] = await this.append(draft("planMode", { on, changedBy }, SOURCE));
     return event!.seq;
   }
@@ -331,9 +335,9 @@ export class SessionRuntime {
    */
   async setSessionMode(mode: string, changedBy: string): Promise<number> {
     if (!this.meta) throw new TackError("loop.unknown_session", `session ${this.sessionId} does not exist; create it first`);
-    const current = sessionModeOf(this.events);
+    const current = this.state.mode;
     if (current === mode) return 0;
-    if (this.#running || this.events.some((e) => e.payload?.$case === "userMessage")) {
+    if (this.#running || this.state.userMessages > 0) {
       throw new TackError("loop.mode_fixed", `session ${this.sessionId} already has messages, so its mode stays ${current}; create a new session with mode ${mode}`, {
         details: { mode: current },
       });
@@ -354,7 +358,7 @@ export class SessionRuntime {
     const busy = () => new TackError("loop.busy", `session ${this.sessionId} is running a turn, a compaction or another mode change; wait for its turn/end, then change the sandbox mode`, { retryable: true });
     await this.#settleEndingTurn();
     if (this.#running || this.#changingMode || this.#compacting) throw busy();
-    const current = sandboxModeOf(this.events);
+    const current = this.state.sandboxMode;
     if (current === mode) return 0;
     this.#changingMode = true;
     try {
@@ -384,7 +388,7 @@ export class SessionRuntime {
     if (this.#running || this.#changingMode || this.#compacting) {
       throw new TackError("loop.compact_busy", `session ${this.sessionId} is running a turn (or changing its sandbox mode, or already compacting); wait for the turn to end or cancel it, then compact`, { retryable: true });
     }
-    const mode = sessionModeOf(this.events);
+    const mode = this.state.mode;
     const none = (note: string) => ({ compacted: false, note, seq: 0, fromSeq: 0, toSeq: 0, tokensBefore: 0, tokensAfter: 0, costUsd: 0 });
     if (NO_COMPACTION.has(mode)) return none(`session mode ${mode} is never compacted: it shows the model the whole conversation; use another mode for long work`);
     // No request sent yet: no model reply to summarize either.
@@ -415,7 +419,7 @@ export class SessionRuntime {
       throw new TackError("loop.busy", `session ${this.sessionId} is running a turn, changing its sandbox mode or being compacted; wait for that to end before sending another message`, { retryable: true });
     }
     // `/name [arguments]` runs a skill: its body follows the message, in the same append.
-    const skill = NO_EXTENSIONS.has(sessionModeOf(this.events)) ? undefined : await userSkill({ bus: this.#deps.bus, workspace: this.meta.workspace, log: this.#deps.log, sessionId: this.sessionId }, text);
+    const skill = NO_EXTENSIONS.has(this.state.mode) ? undefined : await userSkill({ bus: this.#deps.bus, workspace: this.meta.workspace, log: this.#deps.log, sessionId: this.sessionId }, text);
     const [event] = await this.append(
       draft("userMessage", { text }, "gateway", { kind: Surface_Kind.KIND_APPEND, replaceFromSeq: 0, replaceToSeq: 0, sourceSeqs: [], origin: "user" }),
       ...(skill ? [skill] : []),
@@ -434,7 +438,7 @@ export class SessionRuntime {
   }
 
   #turnCount(): number {
-    return this.events.filter((e) => e.payload?.$case === "turnStart").length;
+    return this.state.turns;
   }
 
   #run(body: () => Promise<void>): void {
@@ -477,7 +481,7 @@ export class SessionRuntime {
     const assistant = lastAssistant?.payload?.$case === "assistantMessage" ? lastAssistant.payload.value : undefined;
     const results = new Set(inTurn.flatMap((e) => (e.payload?.$case === "toolResult" ? [e.payload.value.callId] : [])));
     const dispatched = new Set(inTurn.flatMap((e) => (e.payload?.$case === "toolCall" ? [e.payload.value.callId] : [])));
-    const approvals = approvalsIn(inTurn);
+    const approvals = this.state.turnApprovals();
     // Session tools are never dispatched and are idempotent by call id: they are simply carried out again.
     const specs = toolsByName(this.projection.header?.tools ?? []);
     const bySession = (c: ToolCall) => LOOP_HANDLED.has(specs.get(c.name)?.handler ?? "");
@@ -497,7 +501,7 @@ export class SessionRuntime {
       }, SOURCE, surfaceFor(lastAssistant!.seq)));
     }
     if (parked.length > 0) {
-      const mode = sandboxModeOf(this.events);
+      const mode = this.state.sandboxMode;
       const items = parked.map((call): [ToolCall, Promise<CallPlan>] => {
         if (!approvals.has(call.id)) return [call, Promise.resolve({ kind: "session" })];
         const { decided, askedAtMs, kind } = approvals.get(call.id)!;
@@ -585,12 +589,12 @@ export class SessionRuntime {
     // The rules read (an exec in the sandbox) runs while the header and compaction are done.
     this.#rules.prefetch(this.#rulesHost(), turn);
     // So are the skills catalog and the MCP tools (answered from memory after a session's first step).
-    const withExtensions = !NO_EXTENSIONS.has(sessionModeOf(this.events));
+    const withExtensions = !NO_EXTENSIONS.has(this.state.mode);
     this.#extensions.prefetch(this.#extensionsHost(), withExtensions);
     const extensions = await this.#extensions.take(this.#extensionsHost(), withExtensions);
     await this.#logHeaderIfChanged(turn, step, extensions);
     await this.#writer.flush();
-    if (!NO_COMPACTION.has(sessionModeOf(this.events))) await this.#compactor.beforeRequest({
+    if (!NO_COMPACTION.has(this.state.mode)) await this.#compactor.beforeRequest({
       projection: this.projection, append: (...drafts) => this.append(...drafts), verifiedRequest: () => this.#verifiedRequest(),
       callModel: (request) => this.#chargedCall(turn, step, request, false),
     });
@@ -637,13 +641,13 @@ export class SessionRuntime {
 
   #extensionsHost(): ExtensionsHost {
     return {
-      bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, sandboxMode: sandboxModeOf(this.events),
+      bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, sandboxMode: this.state.sandboxMode,
       events: this.events, projection: this.projection, append: (...drafts) => this.append(...drafts), log: this.#deps.log,
     };
   }
 
   #hooksHost(turn: number): HooksHost {
-    return { ...this.#rulesHost(), tools: () => this.#toolSpecs(sessionModeOf(this.events), turn, 1) };
+    return { ...this.#rulesHost(), tools: () => this.#toolSpecs(this.state.mode, turn, 1) };
   }
 
   #rulesHost(): RulesHost {
@@ -656,7 +660,7 @@ export class SessionRuntime {
   /** The tools of `mode`, asked of the tools service once per runtime; retried (as `tool/retry` events without a call id) while no worker answers. */
   async #toolSpecs(mode: string, turn: number, step: number): Promise<ToolSpec[]> {
     const { bus, settings } = this.#deps;
-    const defined = definedToolsOf(this.events);
+    const defined = this.state.definedTools;
     const count = defined?.tools.length ?? 0;
     const ahead = this.#toolsAhead;
     if (ahead && (this.#tools?.mode !== mode || this.#tools.defined !== count)) {
@@ -679,7 +683,7 @@ export class SessionRuntime {
 
   async #logHeaderIfChanged(turn: number, step: number, extensions: StepExtensions): Promise<void> {
     const meta = this.meta!;
-    const mode = sessionModeOf(this.events);
+    const mode = this.state.mode;
     const systemPrompt = SYSTEM_PROMPTS[mode] ?? SYSTEM_PROMPTS.standard!;
     // One list, in a stable order: the mode's tools as the tools service lists them, then `skill`, then MCP tools by name.
     const own = await this.#toolSpecs(mode, turn, step);
@@ -712,13 +716,12 @@ export class SessionRuntime {
   }
 
   async #runTools(turn: number, step: number, calls: ToolCall[], assistantSeq: number): Promise<void> {
-    const lastStart = this.events.findLastIndex((e) => e.payload?.$case === "turnStart");
     // The tools as this step's request gave them to the model: what each can be denied, and who carries it out.
     const tools = toolsByName(this.projection.header?.tools ?? []);
-    const mode = sandboxModeOf(this.events);
-    const planMode = planModeOf(this.events);
+    const mode = this.state.sandboxMode;
+    const planMode = this.state.planMode;
     // A session tool is the loop's; plan mode refuses what could write; the rest go through approvals.
-    const policy = approvalPolicyOf(this.events);
+    const policy = this.state.approvalPolicy;
     const early = calls.map((call): CallPlan | undefined => {
       const tool = tools.get(call.name);
       if (LOOP_HANDLED.has(tool?.handler ?? "")) return { kind: "session" };
@@ -732,7 +735,7 @@ export class SessionRuntime {
     });
     const rest = calls.filter((_, i) => early[i] === undefined);
     const planned = planCalls(rest, {
-      mode, policy, escalatedBy: escalationIn(this.events.slice(lastStart + 1)), turn, step, tools,
+      mode, policy, escalatedBy: this.state.escalatedBy, turn, step, tools,
     });
     await this.#settleCalls(calls.map((call, i) => [call, early[i] ?? planned[rest.indexOf(call)]!]), assistantSeq, turn, step);
   }
@@ -800,7 +803,7 @@ export class SessionRuntime {
 
   #sessionToolDeps(): SessionToolDeps {
     return {
-      events: this.events, append: (...drafts) => this.append(...drafts), questions: this.#questions, plans: this.#plans,
+      events: this.events, state: this.state, append: (...drafts) => this.append(...drafts), questions: this.#questions, plans: this.#plans,
       waitMs: this.#deps.settings.approvalTimeoutMs,
     };
   }
@@ -809,8 +812,8 @@ export class SessionRuntime {
   #dispatch(call: ToolCall, mode: string, turn: number, step: number): Promise<CallToolResponse> {
     const { bus, settings } = this.#deps;
     return dispatchTool({
-      bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, sessionMode: sessionModeOf(this.events),
-      defined: definedToolsOf(this.events),
+      bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, sessionMode: this.state.mode,
+      defined: this.state.definedTools,
       append: (...drafts) => this.append(...drafts), toolTimeoutMs: settings.toolTimeoutMs, silenceMs: settings.silenceMs, retry: settings.retry,
     }, call, mode, turn, step);
   }
