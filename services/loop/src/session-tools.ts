@@ -133,7 +133,7 @@ async function todoWrite(deps: SessionToolDeps, call: ToolCall, args: { todos: T
   const items = args.todos.map((t) => ({ id: t.id ?? "", content: t.content, status: t.status }));
   const ids = items.map((i) => i.id).filter((id) => id !== "");
   const twice = ids.find((id, i) => ids.indexOf(id) !== i);
-  if (twice !== undefined) return { content: `Invalid arguments for todo_write: id ${JSON.stringify(twice)} is used by more than one task; give each task its own id or none`, isError: true };
+  if (twice !== undefined) return { content: `Invalid arguments for ${call.name}: id ${JSON.stringify(twice)} is used by more than one task; give each task its own id or none`, isError: true };
   if (!deps.events.some((e) => e.payload?.$case === "todoUpdated" && e.payload.value.callId === call.id)) {
     await deps.append(draft("todoUpdated", { callId: call.id, items, turn, step }, SOURCE));
   }
