@@ -5,10 +5,10 @@
 import { chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Bus } from "@tack/bus";
+import { Bus, LoopRpc } from "@tack/bus";
 import { readAll } from "@tack/log";
 import { priceFor } from "@tack/llm-service";
-import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse, type Usage } from "@tack/proto";
+import { CreateSessionRequest, SubmitMessageRequest, type Usage } from "@tack/proto";
 import { startSkillsService } from "@tack/skills-service";
 import { build } from "esbuild";
 import { startMcpService } from "../services/mcp/src/index.js";
@@ -50,8 +50,8 @@ function project(dir: string): void {
 }
 
 async function runTask(bus: Bus, model: string, workspace: string, task: string): Promise<Usage[]> {
-  const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: "local", model, workspace }), CreateSessionResponse);
-  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: task }), SubmitMessageResponse);
+  const { sessionId } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model, workspace }));
+  await bus.request(LoopRpc.SubmitMessage, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: task }));
   for (;;) {
     const events = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
     const end = events.find((e) => e.payload?.$case === "turnEnd");

@@ -1,7 +1,8 @@
 // `load_100_sessions`: many scripted sessions at once through the real services as separate
 // processes (bench/stack.ts), each a few steps whose tool calls run in its own sandbox container;
 // how many finish, how long their first and later steps take, and each service's peak memory.
-import { ReleaseSandboxRequest, ReleaseSandboxResponse } from "@tack/proto";
+import { SandboxRpc } from "@tack/bus";
+import { ReleaseSandboxRequest } from "@tack/proto";
 import { SERVICES } from "@tack/cli";
 import { collectParts, medians, percentile, pooled, round, RssSampler, say, stepParts, type Seen } from "./lib.js";
 import { Stack } from "./stack.js";
@@ -118,8 +119,7 @@ export async function benchLoad(options: { natsUrl: string }): Promise<Record<st
     };
   } finally {
     // Removed here, 10 at a time, rather than by the sandbox service on stop (its stop grace would not cover 100 containers).
-    await pooled(sessions, 10, (sessionId) => stack.bus.request(stack.bus.names.sandboxRelease, ReleaseSandboxRequest,
-      ReleaseSandboxRequest.fromPartial({ sessionId, mode: "" }), ReleaseSandboxResponse, { timeoutMs: 60_000 }).catch(() => undefined));
+    await pooled(sessions, 10, (sessionId) => stack.bus.request(SandboxRpc.ReleaseSandbox, ReleaseSandboxRequest.fromPartial({ sessionId, mode: "" }), { timeoutMs: 60_000 }).catch(() => undefined));
     await stack.close();
   }
 }

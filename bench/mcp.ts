@@ -10,10 +10,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { build } from "esbuild";
-import { Bus } from "@tack/bus";
+import { Bus, McpRpc } from "@tack/bus";
 import { loadOperatorConfig } from "@tack/config";
 import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
-import { CallMcpToolRequest, CallMcpToolResponse, ListMcpToolsRequest, ListMcpToolsResponse, SessionCreated } from "@tack/proto";
+import { SessionCreated } from "@tack/proto";
 import { removeNamespace } from "@tack/testkit";
 import { startMcpService } from "../services/mcp/src/index.js";
 import { startSandboxService } from "../services/sandbox/src/index.js";
@@ -54,19 +54,19 @@ export async function benchMcp(options: { natsUrl?: string } = {}): Promise<Reco
     await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId: "b1", tenant: TENANT, workspace, formatVersion: FORMAT_VERSION, mode: "standard" }), "bench"));
     const session = { tenant: TENANT, sessionId: "b1", workspace, sandboxMode: MODE };
     const started = performance.now();
-    const listed = await bus.request(bus.names.mcpList, ListMcpToolsRequest, session, ListMcpToolsResponse, { timeoutMs: 120_000 });
+    const listed = await bus.request(McpRpc.ListTools, session, { timeoutMs: 120_000 });
     const firstList = performance.now() - started;
     const failed = listed.servers.filter((s) => s.state !== "ready");
     if (failed.length > 0) throw new Error(`MCP servers not ready: ${failed.map((s) => `${s.name}: ${s.error}`).join("; ")}`);
     const lists: number[] = [];
     for (let i = 0; i < 50; i++) {
       const at = performance.now();
-      await bus.request(bus.names.mcpList, ListMcpToolsRequest, session, ListMcpToolsResponse);
+      await bus.request(McpRpc.ListTools, session);
       lists.push(performance.now() - at);
     }
     const call = async (server: string, i: number) => {
       const at = performance.now();
-      const reply = await bus.request(bus.names.mcpCall, CallMcpToolRequest, { publicName: `mcp__${server}__echo`, argumentsJson: JSON.stringify({ message: `m${i}` }), callId: `b${i}`, ...session }, CallMcpToolResponse);
+      const reply = await bus.request(McpRpc.CallTool, { publicName: `mcp__${server}__echo`, argumentsJson: JSON.stringify({ message: `m${i}` }), callId: `b${i}`, ...session });
       if (reply.isError || reply.content !== `Echo: m${i}`) throw new Error(`echo ${i} answered ${JSON.stringify(reply.content)}`);
       return { total: performance.now() - at, inside: reply.durationMs };
     };

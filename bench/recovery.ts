@@ -9,10 +9,11 @@
 // for a retry). The handler is the replica that wrote to its NATS connection while the call was
 // being dispatched (its /proc/<pid>/io write count moved; an idle replica writes nothing).
 // Without replicas, the one tools process is killed (`kill`) and started again (`start`).
+import { LoopRpc } from "@tack/bus";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Launched, ServiceName } from "@tack/cli";
-import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { CreateSessionRequest, SubmitMessageRequest } from "@tack/proto";
 import { startLoopService } from "@tack/loop-service";
 import { nowMs, round, say, sleep } from "./lib.js";
 import { Stack } from "./stack.js";
@@ -49,10 +50,9 @@ export async function benchToolWorkerDeath(options: { natsUrl: string }): Promis
     const workspace = stack.workspace();
     const model = stack.script("death", [{ tool_calls: [{ name: "bash", arguments: { command: COMMAND } }] }, { content: "done" }]);
     const { bus } = stack;
-    const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest,
-      CreateSessionRequest.fromPartial({ tenant: "local", model, workspace }), CreateSessionResponse, { timeoutMs: 30_000 });
+    const { sessionId } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model, workspace }), { timeoutMs: 30_000 });
     const writesBefore = replicaPids.map(writes);
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: "sleep" }), SubmitMessageResponse);
+    await bus.request(LoopRpc.SubmitMessage, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: "sleep" }));
     // Mid-call: the tools worker has sent the command to the sandbox (its sandbox.exec is on the bus).
     const deadline = Date.now() + 60_000;
     while (!stack.tap.of(sessionId, "sandbox.exec").some((r) => r.end === undefined)) {

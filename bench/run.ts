@@ -19,10 +19,10 @@ import { chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:f
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { Bus } from "@tack/bus";
+import { Bus, LoopRpc, SandboxRpc } from "@tack/bus";
 import { removeNamespace } from "@tack/testkit";
 import { draft, FORMAT_VERSION, readAll, SessionLogWriter, timestampMs } from "@tack/log";
-import { CreateSessionRequest, CreateSessionResponse, EnsureSandboxRequest, EnsureSandboxResponse, SubmitMessageRequest, SubmitMessageResponse, type Event } from "@tack/proto";
+import { CreateSessionRequest, EnsureSandboxRequest, SubmitMessageRequest, type Event } from "@tack/proto";
 import { startLoopService } from "@tack/loop-service";
 import { startLlmService } from "@tack/llm-service";
 import { startToolsService } from "@tack/tools-service";
@@ -105,13 +105,12 @@ async function benchCore(parts: ReadonlySet<Part>): Promise<Record<string, unkno
   try {
     let core: Record<string, unknown> = {};
     if (parts.has("core")) {
-      const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest,
-        CreateSessionRequest.fromPartial({ tenant: "local", model: `scripted:${script}`, workspace }), CreateSessionResponse);
+      const { sessionId } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model: `scripted:${script}`, workspace }));
       // Warm-up: one turn with one tool call so the container exists before measuring.
-      await bus.request(bus.names.sandboxEnsure, EnsureSandboxRequest, EnsureSandboxRequest.fromPartial({ sessionId, tenant: "local", workspace, mode: "workspace-write" }), EnsureSandboxResponse, { timeoutMs: 60_000 });
-      await bus.request(bus.names.loopSubmit, SubmitMessageRequest, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: "warm up" }), SubmitMessageResponse);
+      await bus.request(SandboxRpc.EnsureSandbox, EnsureSandboxRequest.fromPartial({ sessionId, tenant: "local", workspace, mode: "workspace-write" }), { timeoutMs: 60_000 });
+      await bus.request(LoopRpc.SubmitMessage, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: "warm up" }));
       await waitForTurns(bus, sessionId, 1, 1);
-      await bus.request(bus.names.loopSubmit, SubmitMessageRequest, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: `run true ${STEPS} times` }), SubmitMessageResponse);
+      await bus.request(LoopRpc.SubmitMessage, SubmitMessageRequest.fromPartial({ tenant: "local", sessionId, text: `run true ${STEPS} times` }));
       const events = await waitForTurns(bus, sessionId, 2, STEPS + 1);
 
       const turnStart = of(events, "turnStart").at(-1)!.seq;

@@ -8,9 +8,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { Kvm } from "@nats-io/kv";
-import { Bus } from "@tack/bus";
+import { Bus, SandboxRpc } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
-import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, SessionCreated } from "@tack/proto";
+import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ReleaseSandboxRequest, SessionCreated } from "@tack/proto";
 import { removeNamespace } from "@tack/testkit";
 import { placementBucket, startSandboxService, type SandboxService, type SandboxServiceOptions } from "@tack/sandbox-service";
 
@@ -54,16 +54,15 @@ class Rig {
     await ensureLogStream(this.bus.nc, this.bus.names);
     const writer = await SessionLogWriter.open(this.bus.nc, this.bus.names, { tenant: "bench", sessionId });
     if (writer.lastSeq === 0) await writer.append(draft("sessionCreated", SessionCreated.fromPartial({ sessionId, tenant: "bench", workspace, mode: "standard", formatVersion: FORMAT_VERSION }), "bench"));
-    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, EnsureSandboxRequest.fromPartial({ sessionId, tenant: "bench", workspace, mode: "workspace-write" }), EnsureSandboxResponse, { timeoutMs: 120_000 });
+    return this.bus.request(SandboxRpc.EnsureSandbox, EnsureSandboxRequest.fromPartial({ sessionId, tenant: "bench", workspace, mode: "workspace-write" }), { timeoutMs: 120_000 });
   }
 
   exec(sessionId: string, argv: string[]): Promise<ExecResponse> {
-    return this.bus.request(this.bus.names.sandboxExec, ExecRequest,
-      ExecRequest.fromPartial({ sessionId, argv, stdin: Buffer.alloc(0), cwd: "", timeoutMs: 120_000, maxOutputBytes: 0, mode: "workspace-write" }), ExecResponse, { timeoutMs: 150_000 });
+    return this.bus.request(SandboxRpc.Exec, ExecRequest.fromPartial({ sessionId, argv, stdin: Buffer.alloc(0), cwd: "", timeoutMs: 120_000, maxOutputBytes: 0, mode: "workspace-write" }), { timeoutMs: 150_000 });
   }
 
   async release(sessionId: string): Promise<void> {
-    await this.bus.request(this.bus.names.sandboxRelease, ReleaseSandboxRequest, ReleaseSandboxRequest.fromPartial({ sessionId, mode: "" }), ReleaseSandboxResponse, { timeoutMs: 60_000 });
+    await this.bus.request(SandboxRpc.ReleaseSandbox, ReleaseSandboxRequest.fromPartial({ sessionId, mode: "" }), { timeoutMs: 60_000 });
   }
 
   /** Times `fn` once, in milliseconds. */

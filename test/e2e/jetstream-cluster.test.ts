@@ -8,10 +8,10 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
-import { Bus } from "@tack/bus";
+import { Bus, LoopRpc } from "@tack/bus";
 import { launch, type Launched } from "@tack/cli";
 import { ensureLogStream, readAll } from "@tack/log";
-import { CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
+import { CreateSessionRequest } from "@tack/proto";
 import { removeNamespace, startNatsCluster, waitFor, type NatsCluster } from "@tack/testkit";
 
 const namespace = `jsc${randomBytes(4).toString("hex")}`;
@@ -106,10 +106,10 @@ const log = (sessionId: string) => readAll(bus.nc, bus.names, { tenant: "local",
 
 describe("JetStream cluster", () => {
   it("cluster - the node leading the log stream and the lease bucket is killed mid-turn: the turn ends, every event is there once, in order", async () => {
-    const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
+    const { sessionId } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({
       tenant: "local", model: "scripted:cluster.json", workspace,
-    }), CreateSessionResponse, { timeoutMs: 20_000 });
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "count, wait, and once more" }, SubmitMessageResponse);
+    }), { timeoutMs: 20_000 });
+    await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text: "count, wait, and once more" });
 
     // Kill the leader while the second tool call runs: its result, the next model call and everything after are written during or after the election.
     await waitFor("the second tool call to start", async () => (await log(sessionId)).some((e) => e.payload?.$case === "toolCall" && e.payload.value.callId === "call_1_0"), { timeoutMs: 20_000 });

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { Bus, TackError } from "@tack/bus";
+import { Bus, SandboxRpc, TackError } from "@tack/bus";
 import { BUS_USERS, natsServerAuthorization, readBusCredentials, type BusUser } from "@tack/config";
 import { launch, type Launched } from "@tack/cli";
 import { draft, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
@@ -150,7 +150,7 @@ describe("bus credentials", () => {
   it("bus-auth - the llm's credentials publish nothing but replies", async () => {
     const llm = await connectAs("llm");
     // It calls no service (its only requests are reads of the spill bucket's images), so the publish is refused.
-    await expect(llm.request(llm.names.sandboxExec, ExecRequest, ExecRequest.fromPartial({ sessionId: "sforged", argv: ["id"] }), ExecResponse))
+    await expect(llm.request(SandboxRpc.Exec, ExecRequest.fromPartial({ sessionId: "sforged", argv: ["id"] })))
       .rejects.toMatchObject({ code: "bus.forbidden" });
     provoked.add(`llm Publish ${llm.names.sandboxExec}`).add("llm Subscription _INBOX.llm.*");
   });
@@ -158,7 +158,7 @@ describe("bus credentials", () => {
   it("bus-auth - the tools' credentials reach the sandbox service, whose answer comes back through allow_responses", async () => {
     const tools = await connectAs("tools");
     // Any answer of the sandbox service (here: there is no such sandbox) proves the request and its reply were allowed.
-    const error = await tools.request(tools.names.sandboxExec, ExecRequest, ExecRequest.fromPartial({ sessionId: "snosandbox", argv: ["true"], timeoutMs: 1_000 }), ExecResponse, { timeoutMs: 20_000 })
+    const error = await tools.request(SandboxRpc.Exec, ExecRequest.fromPartial({ sessionId: "snosandbox", argv: ["true"], timeoutMs: 1_000 }), { timeoutMs: 20_000 })
       .then(() => undefined, (e: unknown) => e as TackError);
     expect(error?.code ?? "ok").not.toMatch(/^bus\./);
   });

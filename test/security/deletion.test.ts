@@ -10,15 +10,12 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Base64UrlPaddedCodec } from "@nats-io/obj";
-import { Bus, serveStream } from "@tack/bus";
+import { Bus, LlmRpc, SandboxRpc } from "@tack/bus";
 import { compileOperatorConfig, type OperatorConfig } from "@tack/config";
 import { startGateway, type Gateway } from "@tack/gateway-service";
 import { ensureLogStream, readAll, SpillBucket } from "@tack/log";
 import { startLoopService, type LoopService } from "@tack/loop-service";
-import {
-  CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, Delta_Kind, EnsureSandboxRequest, EnsureSandboxResponse, EstimateCostRequest,
-  EstimateCostResponse, Role, type ToolCall,
-} from "@tack/proto";
+import { Delta_Kind, Role, type ToolCall } from "@tack/proto";
 import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { startToolsService, type ToolsService } from "@tack/tools-service";
@@ -60,7 +57,7 @@ beforeAll(async () => {
   jsm = await jetstreamManager(bus.nc);
   // The stream exists without limits before the loop starts: the loop must update it.
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     await gates.get(req.sessionId);
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     const reply = replies[n] ?? { content: "Done." };
@@ -71,8 +68,8 @@ beforeAll(async () => {
       usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async () => ({ costUsd: 0, priceWindow: "standard" }));
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(LlmRpc.EstimateCost, async () => ({ costUsd: 0, priceWindow: "standard" }));
   // No warm pool: every container is created for its session and carries the session label.
   sandbox = await startSandboxService({ natsUrl: NATS_URL, namespace, poolSize: 0 });
   tools = await startToolsService({ natsUrl: NATS_URL, namespace });
@@ -155,7 +152,7 @@ describe("session deletion", () => {
     const id = await createSession(gateway);
     await runTurn(gateway, id);
     // A second container, of another mode: deletion releases every mode.
-    await bus.request(bus.names.sandboxEnsure, EnsureSandboxRequest, { sessionId: id, tenant: "acme", workspace, mode: "read-only" }, EnsureSandboxResponse, { timeoutMs: 60_000 });
+    await bus.request(SandboxRpc.EnsureSandbox, { sessionId: id, tenant: "acme", workspace, mode: "read-only" }, { timeoutMs: 60_000 });
     const spills = (await SpillBucket.open(bus.nc, bus.names))!;
     const messages = await logMessages(id);
     expect(messages).toBeGreaterThan(8);

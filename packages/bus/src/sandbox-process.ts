@@ -5,12 +5,14 @@
 // MCP stdio servers and run_code programs (decision 0020) both run this way.
 import { randomBytes } from "node:crypto";
 import type { Subscription } from "@nats-io/nats-core";
-import { OpenStdioRequest, OpenStdioResponse, StdioFrame } from "@tack/proto";
+import { OpenStdioRequest, StdioFrame, type OpenStdioResponse } from "@tack/proto";
 import type { Bus } from "./bus.js";
+import { rpcSubject } from "./descriptor.js";
+import { SandboxRpc } from "./gen/descriptors.js";
 
 /** The subjects of one stdio stream, spelled as the sandbox service spells them (a test checks they agree). */
 export function sandboxStdioSubjects(namespace: string, streamId: string): { open: string; input: string; output: string } {
-  return { open: `${namespace}.sandbox.stdio.open`, input: `${namespace}.sandbox.stdio.in.${streamId}`, output: `${namespace}.sandbox.stdio.out.${streamId}` };
+  return { open: rpcSubject(namespace, SandboxRpc.OpenStdio), input: `${namespace}.sandbox.stdio.in.${streamId}`, output: `${namespace}.sandbox.stdio.out.${streamId}` };
 }
 
 /** A stream is pinged this often; the sandbox kills a process whose caller is silent for 60 s. */
@@ -107,9 +109,9 @@ export async function openSandboxProcess(bus: Bus, request: SandboxProcessReques
   });
   let opened: OpenStdioResponse;
   try {
-    opened = await bus.request(subjects.open, OpenStdioRequest, OpenStdioRequest.fromPartial({
+    opened = await bus.request(SandboxRpc.OpenStdio, OpenStdioRequest.fromPartial({
       sessionId: request.sessionId, mode: request.mode, argv: [...request.argv], env: { ...request.env }, cwd: request.cwd ?? "", streamId,
-    }), OpenStdioResponse, { timeoutMs: OPEN_TIMEOUT_MS });
+    }), { timeoutMs: OPEN_TIMEOUT_MS });
   } catch (error) {
     closed = true;
     subscription.unsubscribe();

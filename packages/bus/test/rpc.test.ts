@@ -45,7 +45,7 @@ describe("bus descriptors", () => {
   });
 
   it("rpc - a reply that is not the rpc's response is bus.bad_response naming the rpc", async () => {
-    server.nc.subscribe(`${server.names.namespace}.llm.count`, { callback: (_e, msg) => msg.respond(new Uint8Array([0x0a, 0xff])) });
+    server.nc.subscribe(`${server.names.namespace}.llm.count`, { callback: (_e, msg) => { msg.respond(new Uint8Array([0x0a, 0xff])); } });
     await server.nc.flush();
     await expect(client.request(LlmRpc.CountTokens, { request: undefined })).rejects.toMatchObject({
       code: "bus.bad_response", message: expect.stringContaining("tack.llm.v1.Llm/CountTokens reply (tack.llm.v1.CountTokensResponse)"),

@@ -7,7 +7,7 @@ import { join, relative } from "node:path";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus, TackError } from "@tack/bus";
+import { Bus, TackError, ToolsRpc } from "@tack/bus";
 import { ListToolsRequest, ListToolsResponse } from "@tack/proto";
 import { removeNamespace } from "@tack/testkit";
 import type { BuildManifest } from "../src/build-manifest.js";
@@ -121,7 +121,7 @@ describe("build", () => {
       while (!listed) {
         if (child.exitCode !== null) throw new Error(`the bundled tools service exited ${child.exitCode}:\n${stderr}`);
         try {
-          listed = await bus.request(bus.names.toolsList, ListToolsRequest, ListToolsRequest.fromPartial({ mode: "standard" }), ListToolsResponse, { timeoutMs: 2_000 });
+          listed = await bus.request(ToolsRpc.ListTools, ListToolsRequest.fromPartial({ mode: "standard" }), { timeoutMs: 2_000 });
         } catch (error) {
           if (!(error instanceof TackError) || Date.now() > deadline) throw error;
           await new Promise((resolve) => setTimeout(resolve, 100));

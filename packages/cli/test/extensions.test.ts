@@ -8,8 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus, discoverMicro } from "@tack/bus";
-import { ListMcpToolsRequest, ListMcpToolsResponse } from "@tack/proto";
+import { Bus, discoverMicro, McpRpc } from "@tack/bus";
 import type { McpListReport } from "../src/commands/mcp.js";
 import type { SkillsListReport } from "../src/commands/skills.js";
 import { upStateOf } from "../src/commands/up.js";
@@ -100,7 +99,7 @@ describe("skills and mcp under the launcher", () => {
   });
 
   it("extensions - tack mcp list prints what the running MCP service says about each server", async () => {
-    const expected = await bus.request(bus.names.mcpList, ListMcpToolsRequest, { tenant: "local", sessionId: "", workspace: project, sandboxMode: "" }, ListMcpToolsResponse, { timeoutMs: 15_000 });
+    const expected = await bus.request(McpRpc.ListTools, { tenant: "local", sessionId: "", workspace: project, sandboxMode: "" }, { timeoutMs: 15_000 });
     const fixture = expected.servers.find((s) => s.name === "fixture");
     expect(fixture, JSON.stringify(expected.servers)).toBeDefined();
 

@@ -1,14 +1,13 @@
 import { trace } from "@opentelemetry/api";
-import { Bus, inSpan, serveStream, TackError, type BusAuth } from "@tack/bus";
-import { registerMicro } from "@tack/bus";
-import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type RetryNotice, CountTokensRequest, CountTokensResponse, EstimateCostRequest, EstimateCostResponse } from "@tack/proto";
+import { Bus, endpoint, inSpan, LlmRpc, startService, TackError, type BusAuth } from "@tack/bus";
+import { CompleteRequest, type CompleteDone, type CompleteStreamMessage, type Delta, type RetryNotice } from "@tack/proto";
 import { ANTHROPIC_BASE_URL, anthropicProvider } from "./anthropic.js";
 import { loadCredentials } from "@tack/credentials";
 import { DEFAULT_IMAGE_MODELS, ImageLoader, imageModels } from "./images.js";
 import { DEEPSEEK_BASE_URL, deepseekProvider } from "./deepseek.js";
 import { OPENAI_BASE_URL, openaiProvider } from "./openai.js";
 import { loadPriceTable, priceFor, type PriceTable } from "./prices.js";
-import { countRequestParts } from "./tokens.js";
+import { countRequestParts, loadTokenizer } from "./tokens.js";
 import { ProviderRegistry } from "./provider.js";
 import { replayProvider } from "./replay.js";
 import { compileRetryPolicy, withRetries, type RetryOptions, type RetryPolicy } from "./retry.js";
@@ -75,53 +74,48 @@ export async function startLlmService(options: LlmServiceOptions): Promise<LlmSe
   });
   const bus = await Bus.connect({ url: options.url, namespace: options.namespace, name: "tack-llm", ...options.natsAuth });
   const images = new ImageLoader(bus.nc, bus.names.spillBucket);
-  const inFlight = new Set<Promise<void>>();
-  const stopping = new AbortController();
-
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async (request) => {
-    const resolved = registry.resolve(request.model);
-    await resolved.provider.check();
-    return { provider: resolved.providerName };
+  const service = await startService({
+    bus, name: "llm", description: "model completions streamed over NATS",
+    // Counting (scripted usage, llm.count) needs the tokenizer, whose synchronous load blocks the
+    // process for seconds: done before the first subscription, not inside the first request.
+    warm: async () => loadTokenizer(),
+    endpoints: (signal) => [
+      endpoint(LlmRpc.CheckModel, async (request) => {
+        const resolved = registry.resolve(request.model);
+        await resolved.provider.check();
+        return { provider: resolved.providerName };
+      }),
+      endpoint(LlmRpc.CountTokens, async (request) => ({
+        ...countRequestParts(CompleteRequest.fromPartial(request.request ?? {})), tokenizer: "deepseek-v3",
+      })),
+      endpoint(LlmRpc.EstimateCost, async (request) => {
+        const usage = { inputMissTokens: request.inputTokens, inputHitTokens: 0, outputTokens: request.outputTokens, reasoningTokens: 0 };
+        const price = priceFor(request.model, usage, new Date(), prices);
+        return { costUsd: price.costUsd, priceWindow: price.window };
+      }),
+      endpoint(LlmRpc.Complete, async (request, writer) => {
+        let index = 0;
+        const send = (body: CompleteStreamMessage["body"]) => writer.send({ index: index++, body });
+        try {
+          const done = await completeInSpan({ registry, retry, prices, images }, request, {
+            onDelta: (delta) => send({ $case: "delta", value: delta }),
+            onRetry: (notice) => send({ $case: "retry", value: notice }),
+          }, signal);
+          send({ $case: "done", value: done });
+        } catch (error) {
+          // Errors travel inside the stream so that `index` stays gapless up to the last message.
+          send({ $case: "error", value: TackError.from(error).toBusError() });
+        }
+      }),
+    ],
+  }).catch(async (error: unknown) => {
+    await bus.close();
+    throw error;
   });
-
-  bus.serve(bus.names.llmCount, "llm", CountTokensRequest, CountTokensResponse, async (request) => ({
-    ...countRequestParts(CompleteRequest.fromPartial(request.request ?? {})), tokenizer: "deepseek-v3",
-  }));
-
-  bus.serve(bus.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async (request) => {
-    const usage = { inputMissTokens: request.inputTokens, inputHitTokens: 0, outputTokens: request.outputTokens, reasoningTokens: 0 };
-    const price = priceFor(request.model, usage, new Date(), prices);
-    return { costUsd: price.costUsd, priceWindow: price.window };
-  });
-
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (request, writer) => {
-    let index = 0;
-    const send = (body: CompleteStreamMessage["body"]) => writer.send({ index: index++, body });
-    const run = (async () => {
-      try {
-        const done = await completeInSpan({ registry, retry, prices, images }, request, {
-          onDelta: (delta) => send({ $case: "delta", value: delta }),
-          onRetry: (notice) => send({ $case: "retry", value: notice }),
-        }, stopping.signal);
-        send({ $case: "done", value: done });
-      } catch (error) {
-        // Errors travel inside the stream so that `index` stays gapless up to the last message.
-        send({ $case: "error", value: TackError.from(error).toBusError() });
-      }
-    })();
-    inFlight.add(run);
-    await run.finally(() => inFlight.delete(run));
-  });
-
-  // Make sure the server knows our subscriptions before anyone is told we are up.
-  await bus.nc.flush();
-  // Discoverable as micro-service tack-llm ($SRV.PING/INFO/STATS) once it serves.
-  await registerMicro(bus, { service: "llm", description: "model completions streamed over NATS" });
 
   return {
     stop: async () => {
-      stopping.abort();
-      await Promise.all(inFlight);
+      await service.stop();
       await bus.close();
     },
   };

@@ -20,6 +20,16 @@ function deepseekTokenizer(): Tokenizer {
   return tokenizer;
 }
 
+/** Loads the tokenizer now (about two seconds, blocking) so that no request waits for it; services call it before they serve. */
+export function loadTokenizer(): void {
+  deepseekTokenizer();
+}
+
+/** Whether the tokenizer is loaded. */
+export function tokenizerLoaded(): boolean {
+  return tokenizer !== undefined;
+}
+
 /** Number of tokens in `text` under the DeepSeek V3 tokenizer, without special tokens. */
 export function countTokens(text: string): number {
   return tokenIds(text).length;

@@ -2,9 +2,9 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Bus, requestStream } from "@tack/bus";
+import { Bus, LlmRpc, requestStream } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
-import { ChatMessage, CompleteRequest, CompleteStreamMessage, CountTokensRequest, CountTokensResponse, Role, type ImageRef } from "@tack/proto";
+import { ChatMessage, CompleteRequest, CompleteStreamMessage, Role, type ImageRef } from "@tack/proto";
 import { removeNamespace } from "@tack/testkit";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { anthropicProvider } from "../src/anthropic.js";
@@ -142,8 +142,7 @@ describe("images - service", () => {
 
   async function complete(request: CompleteRequest): Promise<CompleteStreamMessage> {
     const messages: CompleteStreamMessage[] = [];
-    await requestStream(client, client.names.llmComplete, CompleteRequest, request, CompleteStreamMessage,
-      (message) => messages.push(message), (message) => message.body?.$case === "done" || message.body?.$case === "error", { idleTimeoutMs: 10_000 });
+    await requestStream(client, LlmRpc.Complete, request, (message) => messages.push(message), (message) => message.body?.$case === "done" || message.body?.$case === "error", { idleTimeoutMs: 10_000 });
     return messages.at(-1)!;
   }
 
@@ -165,7 +164,7 @@ describe("images - service", () => {
   });
 
   it("images - the token count of a request holds its images", async () => {
-    const count = (request: CompleteRequest) => client.request(client.names.llmCount, CountTokensRequest, { request }, CountTokensResponse);
+    const count = (request: CompleteRequest) => client.request(LlmRpc.CountTokens, { request });
     const without = await count(withImage([]));
     const withOne = await count(withImage());
     // The image's estimate plus the few tokens of the note a text-only tokenizer sees.

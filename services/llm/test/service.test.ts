@@ -5,8 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-node";
-import { Bus, requestStream } from "@tack/bus";
-import { CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, Delta_Kind, Role } from "@tack/proto";
+import { Bus, LlmRpc, requestStream } from "@tack/bus";
+import { CompleteRequest, CompleteStreamMessage, Delta_Kind, Role } from "@tack/proto";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startLlmService, type LlmService } from "../src/index.js";
 import { startFixtureServer, type FixtureServer } from "./fixture-server.js";
@@ -65,8 +65,7 @@ function request(model: string): CompleteRequest {
 
 async function call(bus: Bus, model: string): Promise<CompleteStreamMessage[]> {
   const messages: CompleteStreamMessage[] = [];
-  await requestStream(bus, bus.names.llmComplete, CompleteRequest, request(model), CompleteStreamMessage,
-    (message) => messages.push(message), (message) => message.body?.$case === "done" || message.body?.$case === "error", { idleTimeoutMs: 10_000 });
+  await requestStream(bus, LlmRpc.Complete, request(model), (message) => messages.push(message), (message) => message.body?.$case === "done" || message.body?.$case === "error", { idleTimeoutMs: 10_000 });
   return messages;
 }
 
@@ -187,7 +186,7 @@ describe("llm service", () => {
   });
 
   it("llm service - llm.check answers for every provider and names what is missing", async () => {
-    const check = (model: string) => client.request(client.names.llmCheck, CheckModelRequest, { model }, CheckModelResponse, { timeoutMs: 10_000 });
+    const check = (model: string) => client.request(LlmRpc.CheckModel, { model }, { timeoutMs: 10_000 });
     expect(await check("openai:gpt-4.1-mini")).toEqual({ provider: "openai" });
     expect(await check("anthropic:claude-sonnet-4-5")).toEqual({ provider: "anthropic" });
     expect(await check("replay:recordings/two-steps.jsonl")).toEqual({ provider: "replay" });
@@ -203,7 +202,7 @@ describe("llm service", () => {
       fake.respondWith({ file: "deepseek/stream-cut.sse", stall: true });
       const messages: CompleteStreamMessage[] = [];
       let stopping: Promise<void> | undefined;
-      await requestStream(bus, bus.names.llmComplete, CompleteRequest, request("deepseek:deepseek-chat"), CompleteStreamMessage, (message) => {
+      await requestStream(bus, LlmRpc.Complete, request("deepseek:deepseek-chat"), (message) => {
         messages.push(message);
         stopping ??= second.stop();
       }, (message) => message.body?.$case === "done" || message.body?.$case === "error", { idleTimeoutMs: 10_000 });
@@ -231,7 +230,7 @@ describe("llm service", () => {
       const bus = await Bus.connect({ url: NATS_URL, namespace: ns, name: "llm-test-main" });
       try {
         expect((await call(bus, `scripted:${SCRIPT}`)).at(-1)?.body?.$case).toBe("done");
-        await expect(bus.request(bus.names.llmCheck, CheckModelRequest, { model: "scripted:/etc/passwd" }, CheckModelResponse, { timeoutMs: 10_000 }))
+        await expect(bus.request(LlmRpc.CheckModel, { model: "scripted:/etc/passwd" }, { timeoutMs: 10_000 }))
           .rejects.toMatchObject({ code: "llm.bad_script", details: { reason: "outside_script_dirs" } });
       } finally {
         await bus.close();

@@ -1,6 +1,5 @@
 import { homedir } from "node:os";
-import { Bus, registerMicro, serviceNamespace, type BusAuth } from "@tack/bus";
-import { CallMcpToolRequest, CallMcpToolResponse, ListMcpToolsRequest, ListMcpToolsResponse } from "@tack/proto";
+import { Bus, type BusAuth, endpoint, McpRpc, serviceNamespace, startService } from "@tack/bus";
 import type { FetchLike } from "@modelcontextprotocol/sdk/shared/transport.js";
 import type { BackoffOptions } from "./bridge.js";
 import type { McpServerConfig } from "@tack/mcp-config";
@@ -44,12 +43,10 @@ export interface McpService {
   stop(): Promise<void>;
 }
 
-/** Queue group of all replicas; each replica runs its own clients (a session's servers start where it is first listed or called). */
-const QUEUE = "mcp";
-
 /**
- * Serves `mcp.list` (a session's tools and server states; the configured servers without a
- * session) and `mcp.call` in queue group `mcp`. Servers are configured by the operator, the
+ * Serves `McpRpc.ListTools` (`mcp.list`: a session's tools and server states; the configured
+ * servers without a session) and `McpRpc.CallTool` (`mcp.call`) in queue group `mcp`; each
+ * replica runs its own clients (a session's servers start where it is first listed or called). Servers are configured by the operator, the
  * user's `~/.tack/mcp.json` and the workspace's `.mcp.json`; stdio servers run in the session's
  * sandbox container, HTTP servers are reached through web_fetch's guard.
  */
@@ -61,26 +58,22 @@ export async function startMcpService(options: McpServiceOptions): Promise<McpSe
   const sessions = new McpSessions({
     bus, sources, http: { guard, fetch: options.httpFetch }, callTimeoutMs: options.callTimeoutMs, backoff: options.backoff, hostSpawn: options.hostSpawn, idleMs: options.idleMs,
   });
-  const stopping = new AbortController();
-  const inFlight = new Set<Promise<unknown>>();
-  const track = <T>(promise: Promise<T>): Promise<T> => {
-    inFlight.add(promise);
-    void promise.finally(() => inFlight.delete(promise)).catch(() => undefined);
-    return promise;
-  };
-
-  const subscriptions = [
-    bus.serve(bus.names.mcpList, QUEUE, ListMcpToolsRequest, ListMcpToolsResponse, (request: ListMcpToolsRequest) => track(sessions.list(request))),
-    bus.serve(bus.names.mcpCall, QUEUE, CallMcpToolRequest, CallMcpToolResponse, (request: CallMcpToolRequest) => track(sessions.call(request, stopping.signal))),
-  ];
-  await registerMicro(bus, { service: "mcp", description: "tools of the configured MCP servers" });
+  const service = await startService({
+    bus, name: "mcp", description: "tools of the configured MCP servers",
+    endpoints: (signal) => [
+      endpoint(McpRpc.ListTools, (request) => sessions.list(request)),
+      endpoint(McpRpc.CallTool, (request) => sessions.call(request, signal)),
+    ],
+  }).catch(async (error: unknown) => {
+    await sessions.close();
+    await bus.close();
+    throw error;
+  });
 
   return {
     sessions,
     async stop() {
-      for (const subscription of subscriptions) subscription.unsubscribe();
-      stopping.abort();
-      await Promise.allSettled(inFlight);
+      await service.stop();
       await new Promise((resolve) => setImmediate(resolve));
       await sessions.close();
       await bus.close();

@@ -4,8 +4,8 @@
 // McpBridge (generations, pins, reconnect, filters, timeouts); the session's view joins them in
 // configuration order and withholds a tool whose public name an earlier server already uses.
 import { createHash } from "node:crypto";
-import { DEFAULT_SILENCE_MS, TackError, type Bus } from "@tack/bus";
-import { EnsureSandboxRequest, EnsureSandboxResponse, type CallMcpToolRequest, type CallMcpToolResponse, type ListMcpToolsRequest, type ListMcpToolsResponse, type McpServerState, type McpTool } from "@tack/proto";
+import { type Bus, DEFAULT_SILENCE_MS, SandboxRpc, TackError } from "@tack/bus";
+import { type CallMcpToolRequest, type CallMcpToolResponse, type ListMcpToolsRequest, type ListMcpToolsResponse, type McpServerState, type McpTool } from "@tack/proto";
 import { McpBridge, type BackoffOptions, type BridgeTool } from "./bridge.js";
 import type { McpServerConfig } from "@tack/mcp-config";
 import { checkHttpServer } from "./http-guard.js";
@@ -239,7 +239,7 @@ export class McpSessions {
   /** Makes sure the session's container runs (as the tools do); undefined, or why it cannot. */
   async #ensureSandbox(view: View): Promise<string | undefined> {
     try {
-      await this.#options.bus.request(this.#options.bus.names.sandboxEnsure, EnsureSandboxRequest, { sessionId: view.sessionId, tenant: view.tenant, workspace: view.workspace, mode: view.mode }, EnsureSandboxResponse, {
+      await this.#options.bus.request(SandboxRpc.EnsureSandbox, { sessionId: view.sessionId, tenant: view.tenant, workspace: view.workspace, mode: view.mode }, {
         timeoutMs: ENSURE_TIMEOUT_MS, silenceMs: DEFAULT_SILENCE_MS,
       });
       return undefined;

@@ -11,8 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { Bus, discoverMicro } from "@tack/bus";
-import { CallMcpToolRequest, CallMcpToolResponse, ListMcpToolsRequest, ListMcpToolsResponse } from "@tack/proto";
+import { Bus, discoverMicro, McpRpc } from "@tack/bus";
 import { removeNamespace, waitFor } from "@tack/testkit";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
@@ -58,9 +57,9 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const list = (timeoutMs: number) => bus.request(bus.names.mcpList, ListMcpToolsRequest, session, ListMcpToolsResponse, { timeoutMs });
+const list = (timeoutMs: number) => bus.request(McpRpc.ListTools, session, { timeoutMs });
 const call = (publicName: string, timeoutMs: number) =>
-  bus.request(bus.names.mcpCall, CallMcpToolRequest, { publicName, argumentsJson: "{}", callId: `c${calls++}`, ...session }, CallMcpToolResponse, { timeoutMs });
+  bus.request(McpRpc.CallTool, { publicName, argumentsJson: "{}", callId: `c${calls++}`, ...session }, { timeoutMs });
 
 /** Milliseconds `work` took, or Infinity when it failed (a probe that timed out). */
 async function timed(work: () => Promise<unknown>): Promise<number> {

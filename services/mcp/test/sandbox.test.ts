@@ -7,9 +7,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
-import { Bus } from "@tack/bus";
+import { Bus, McpRpc, SandboxRpc } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
-import { CallMcpToolRequest, CallMcpToolResponse, ExecRequest, ExecResponse, ListMcpToolsRequest, ListMcpToolsResponse, ListProcessesRequest, ListProcessesResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, SessionCreated } from "@tack/proto";
+import { CallMcpToolResponse, ExecRequest, ListMcpToolsResponse, SessionCreated } from "@tack/proto";
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxService, type SandboxService } from "../../sandbox/src/index.js";
@@ -50,20 +50,20 @@ async function session(id: string, dir: string): Promise<void> {
 }
 
 function list(sessionId: string, dir: string): Promise<ListMcpToolsResponse> {
-  return bus.request(bus.names.mcpList, ListMcpToolsRequest, { tenant: TENANT, sessionId, workspace: dir, sandboxMode: sessionId ? MODE : "" }, ListMcpToolsResponse, { timeoutMs: 60_000 });
+  return bus.request(McpRpc.ListTools, { tenant: TENANT, sessionId, workspace: dir, sandboxMode: sessionId ? MODE : "" }, { timeoutMs: 60_000 });
 }
 
 function call(sessionId: string, dir: string, publicName: string, args: unknown): Promise<CallMcpToolResponse> {
-  return bus.request(bus.names.mcpCall, CallMcpToolRequest, { publicName, argumentsJson: JSON.stringify(args), callId: "c", tenant: TENANT, sessionId, workspace: dir, sandboxMode: MODE }, CallMcpToolResponse, { timeoutMs: 60_000 });
+  return bus.request(McpRpc.CallTool, { publicName, argumentsJson: JSON.stringify(args), callId: "c", tenant: TENANT, sessionId, workspace: dir, sandboxMode: MODE }, { timeoutMs: 60_000 });
 }
 
 async function exec(sessionId: string, argv: string[]): Promise<string> {
-  const reply = await bus.request(bus.names.sandboxExec, ExecRequest, ExecRequest.fromPartial({ sessionId, argv, mode: MODE }), ExecResponse, { timeoutMs: 30_000 });
+  const reply = await bus.request(SandboxRpc.Exec, ExecRequest.fromPartial({ sessionId, argv, mode: MODE }), { timeoutMs: 30_000 });
   return Buffer.from(reply.stdout).toString();
 }
 
 async function serverProcesses(sessionId: string): Promise<number[]> {
-  const listing = await bus.request(bus.names.sandboxProcesses, ListProcessesRequest, { sessionId, mode: MODE }, ListProcessesResponse, { timeoutMs: 30_000 });
+  const listing = await bus.request(SandboxRpc.ListProcesses, { sessionId, mode: MODE }, { timeoutMs: 30_000 });
   return listing.processes.filter((p) => p.command.includes("/workspace/.mcp/everything.mjs")).map((p) => p.pid);
 }
 
@@ -159,7 +159,7 @@ describe("stdio servers in the session's sandbox", () => {
     const other = await workspace({ everything: EVERYTHING });
     await session("s3", other);
     expect((await list("s3", other)).servers[0]!.state).toBe("ready");
-    await bus.request(bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId: "s3", mode: "" }, ReleaseSandboxResponse, { timeoutMs: 60_000 });
+    await bus.request(SandboxRpc.ReleaseSandbox, { sessionId: "s3", mode: "" }, { timeoutMs: 60_000 });
     await waitFor("s3's clients stopped", () => !mcp.sessions.sessions.includes("s3") || undefined, { timeoutMs: 30_000 });
     const again = await list("s3", other);
     expect(again.servers[0]!.state).toBe("ready");

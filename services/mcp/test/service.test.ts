@@ -1,8 +1,7 @@
 // The bus service: mcp.list and mcp.call over NATS, and micro discovery, with the operator's
 // `run: "host"` servers (the sandboxed path is test/sandbox.test.ts).
 import { randomBytes } from "node:crypto";
-import { Bus } from "@tack/bus";
-import { CallMcpToolRequest, CallMcpToolResponse, ListMcpToolsRequest, ListMcpToolsResponse } from "@tack/proto";
+import { Bus, McpRpc } from "@tack/bus";
 import { waitFor } from "@tack/testkit";
 import { afterEach, beforeEach, expect, it } from "vitest";
 import { startMcpService, type McpService } from "../src/index.js";
@@ -34,11 +33,11 @@ afterEach(async () => {
 const request = (sessionId: string) => ({ tenant: "acme", sessionId, workspace: "", sandboxMode: "workspace-write" });
 
 it("lists tools and server states and calls a tool over the bus", async () => {
-  const configured = await client.request(client.names.mcpList, ListMcpToolsRequest, request(""), ListMcpToolsResponse);
+  const configured = await client.request(McpRpc.ListTools, request(""));
   expect(configured.servers.map((s) => [s.name, s.state, s.source, s.transport])).toEqual([["everything", "configured", "operator", "stdio"], ["broken", "configured", "operator", "stdio"]]);
   expect(configured.tools).toEqual([]);
 
-  const listed = await client.request(client.names.mcpList, ListMcpToolsRequest, request("h1"), ListMcpToolsResponse, { timeoutMs: 60_000 });
+  const listed = await client.request(McpRpc.ListTools, request("h1"), { timeoutMs: 60_000 });
   const echo = listed.tools.find((t) => t.publicName === "mcp__everything__echo")!;
   expect(echo).toMatchObject({ server: "everything", tool: "echo", approval: "never" });
   expect(JSON.parse(echo.parametersJson)).toMatchObject({ type: "object", required: ["message"] });
@@ -48,18 +47,18 @@ it("lists tools and server states and calls a tool over the bus", async () => {
   expect(listed.servers[1]!.warnings).toEqual([listed.servers[1]!.error]);
   expect(listed.servers[0]!.tools).toContain("mcp__everything__echo");
 
-  const call = await client.request(client.names.mcpCall, CallMcpToolRequest, { publicName: "mcp__everything__echo", argumentsJson: '{"message":"bus"}', callId: "c1", ...request("h1") }, CallMcpToolResponse);
+  const call = await client.request(McpRpc.CallTool, { publicName: "mcp__everything__echo", argumentsJson: '{"message":"bus"}', callId: "c1", ...request("h1") });
   expect(call).toMatchObject({ content: "Echo: bus", isError: false, server: "everything", tool: "echo" });
   expect(JSON.parse(call.rawJson)).toEqual({ content: [{ type: "text", text: "Echo: bus" }] });
   expect(call.durationMs).toBeGreaterThan(0);
 
   // Host servers are shared: a second session gets the same client.
-  await client.request(client.names.mcpList, ListMcpToolsRequest, request("h2"), ListMcpToolsResponse, { timeoutMs: 60_000 });
+  await client.request(McpRpc.ListTools, request("h2"), { timeoutMs: 60_000 });
   expect(service.sessions.bridge("h2", "everything")).toBe(service.sessions.bridge("h1", "everything"));
 
-  await expect(client.request(client.names.mcpCall, CallMcpToolRequest, { publicName: "mcp__nobody__x", argumentsJson: "{}", callId: "c2", ...request("h1") }, CallMcpToolResponse))
+  await expect(client.request(McpRpc.CallTool, { publicName: "mcp__nobody__x", argumentsJson: "{}", callId: "c2", ...request("h1") }))
     .rejects.toMatchObject({ code: "mcp.unknown_tool" });
-  await expect(client.request(client.names.mcpCall, CallMcpToolRequest, { publicName: "mcp__everything__echo", argumentsJson: "{}", callId: "c3", ...request("") }, CallMcpToolResponse))
+  await expect(client.request(McpRpc.CallTool, { publicName: "mcp__everything__echo", argumentsJson: "{}", callId: "c3", ...request("") }))
     .rejects.toMatchObject({ code: "mcp.bad_request" });
 });
 

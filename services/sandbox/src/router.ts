@@ -1,9 +1,8 @@
 import { RequestError } from "@nats-io/nats-core";
-import { DEFAULT_SILENCE_MS, TackError, type Bus, type Codec } from "@tack/bus";
+import { DEFAULT_SILENCE_MS, SandboxRpc, TackError, type Bus, type Rpc } from "@tack/bus";
 import { modeRank, tenantPolicy, type OperatorConfig } from "@tack/config";
-import {
+import type {
   EnsureSandboxRequest,
-  EnsureSandboxResponse,
   ExecRequest,
   ExecResponse,
   ListProcessesRequest,
@@ -11,7 +10,6 @@ import {
   OpenStdioRequest,
   OpenStdioResponse,
   ReleaseSandboxRequest,
-  ReleaseSandboxResponse,
 } from "@tack/proto";
 import { checkExecRequest, DEFAULT_TIMEOUT_MS } from "./exec.js";
 import { replicaSubject, type Placements } from "./placements.js";
@@ -70,7 +68,7 @@ export class Router {
       const result = await this.#sandboxes.ensure(input);
       if ("local" in result) return result.local;
       if (forwarded) throw moved(request.sessionId, mode);
-      const response = await this.#forward(result.owner.replica, "ensure", EnsureSandboxRequest, { ...request, mode }, EnsureSandboxResponse, FORWARD_ENSURE_MS);
+      const response = await this.#forward(result.owner.replica, SandboxRpc.EnsureSandbox, { ...request, mode }, FORWARD_ENSURE_MS);
       if (response) return { ...response, pooled: false };
       await this.#sandboxes.takeOver(request.sessionId, mode, result.owner);
     }
@@ -86,7 +84,7 @@ export class Router {
     if ("local" in result) return result.local;
     if (forwarded) throw moved(request.sessionId, mode);
     const timeoutMs = (request.timeoutMs || DEFAULT_TIMEOUT_MS) + FORWARD_EXEC_GRACE_MS;
-    const response = await this.#forward(result.owner.replica, "exec", ExecRequest, { ...request, mode }, ExecResponse, timeoutMs);
+    const response = await this.#forward(result.owner.replica, SandboxRpc.Exec, { ...request, mode }, timeoutMs);
     if (!response) throw notFound(request.sessionId, mode, `replica ${result.owner.replica}, which held it, is gone`);
     return response;
   }
@@ -98,7 +96,7 @@ export class Router {
     const result = await this.#sandboxes.processes(request.sessionId, mode);
     if ("local" in result) return result.local;
     if (forwarded) throw moved(request.sessionId, mode);
-    const response = await this.#forward(result.owner.replica, "processes", ListProcessesRequest, { ...request, mode }, ListProcessesResponse, FORWARD_PROCESSES_MS);
+    const response = await this.#forward(result.owner.replica, SandboxRpc.ListProcesses, { ...request, mode }, FORWARD_PROCESSES_MS);
     if (!response) throw notFound(request.sessionId, mode, `replica ${result.owner.replica}, which held it, is gone`);
     return response;
   }
@@ -113,7 +111,7 @@ export class Router {
     const result = await this.#sandboxes.withChannel(request.sessionId, mode, (channel, touch) => stdio.open(channel, request, touch));
     if ("local" in result) return result.local;
     if (forwarded) throw moved(request.sessionId, mode);
-    const response = await this.#forward(result.owner.replica, "stdio_open", OpenStdioRequest, { ...request, mode }, OpenStdioResponse, FORWARD_PROCESSES_MS);
+    const response = await this.#forward(result.owner.replica, SandboxRpc.OpenStdio, { ...request, mode }, FORWARD_PROCESSES_MS);
     if (!response) throw notFound(request.sessionId, mode, `replica ${result.owner.replica}, which held it, is gone`);
     return response;
   }
@@ -126,7 +124,7 @@ export class Router {
       const result = await this.#sandboxes.release(request.sessionId, mode);
       if ("local" in result) return result.local;
       if (forwarded) return false;
-      const response = await this.#forward(result.owner.replica, "release", ReleaseSandboxRequest, { sessionId: request.sessionId, mode }, ReleaseSandboxResponse, FORWARD_RELEASE_MS);
+      const response = await this.#forward(result.owner.replica, SandboxRpc.ReleaseSandbox, { sessionId: request.sessionId, mode }, FORWARD_RELEASE_MS);
       if (response) return response.removed;
       await this.#sandboxes.takeOver(request.sessionId, mode, result.owner);
       return true;
@@ -159,10 +157,10 @@ export class Router {
   }
 
   // The owner's answer, or undefined when the owner has no subscriber (it is gone).
-  async #forward<Req, Res>(replicaId: string, verb: "ensure" | "exec" | "release" | "processes" | "stdio_open", requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, timeoutMs: number): Promise<Res | undefined> {
+  async #forward<Req, Res>(replicaId: string, rpc: Rpc<Req, Res, false, "replica">, request: Req, timeoutMs: number): Promise<Res | undefined> {
     try {
       // Heartbeats show the owner alive through a long command; one that dies mid-request is `bus.worker_lost` (retryable).
-      return await this.#bus.request(replicaSubject(this.#bus.names.namespace, replicaId, verb), requestCodec, request, responseCodec, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS });
+      return await this.#bus.request(rpc.at({ replica: replicaId }), request, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS });
     } catch (error) {
       if (error instanceof TackError && error.code === "bus.no_responders") return undefined;
       throw error;

@@ -1,25 +1,7 @@
 import { join } from "node:path";
 import { trace } from "@opentelemetry/api";
-import { Bus, inSpan, TackError } from "@tack/bus";
-import { registerMicro } from "@tack/bus";
-import {
-  CreateWorkspaceRequest,
-  CreateWorkspaceResponse,
-  DeleteWorkspaceRequest,
-  DeleteWorkspaceResponse,
-  ExportWorkspaceRequest,
-  ExportWorkspaceResponse,
-  EnsureSandboxRequest,
-  EnsureSandboxResponse,
-  ExecRequest,
-  ExecResponse,
-  ListProcessesRequest,
-  ListProcessesResponse,
-  OpenStdioRequest,
-  OpenStdioResponse,
-  ReleaseSandboxRequest,
-  ReleaseSandboxResponse,
-} from "@tack/proto";
+import { Bus, endpoint, inSpan, SandboxRpc, startService, TackError, WorkspacesRpc, type ServiceHandle } from "@tack/bus";
+import type { EnsureSandboxRequest, ExecRequest, ListProcessesRequest, OpenStdioRequest, ReleaseSandboxRequest } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { installAgent } from "./agent-copy.js";
 import type { SandboxBackend } from "./backend.js";
@@ -30,7 +12,7 @@ import { Placements, replicaSubject } from "./placements.js";
 import { Pool, type PoolStatus } from "./pool.js";
 import { Router } from "./router.js";
 import { Sandboxes } from "./sandboxes.js";
-import { StdioStreams, stdioOpenSubject } from "./stdio.js";
+import { StdioStreams } from "./stdio.js";
 import { ManagedWorkspaces } from "./workspaces.js";
 
 // How often the pool directory is searched for what dead processes left mounted.
@@ -106,60 +88,59 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
   const stdio = new StdioStreams(bus, compiled.replicaId);
   const router = new Router(bus, sandboxes, placements, compiled.operator, stdio);
 
-  const inFlight = new Set<Promise<unknown>>();
-  const tracked = <Req, Res>(handler: (request: Req) => Promise<Res>) => (request: Req) => {
-    const run = handler(request);
-    inFlight.add(run);
-    void run.catch(() => undefined).finally(() => inFlight.delete(run));
-    return run;
-  };
-  const ensure = (forwarded: boolean) => tracked((request: EnsureSandboxRequest) =>
+  const ensure = (forwarded: boolean) => (request: EnsureSandboxRequest) =>
     inSpan("sandbox.ensure", { "tack.session_id": request.sessionId, "tack.tenant": request.tenant, "sandbox.mode": request.mode }, async () => {
       const result = await router.ensure(request, forwarded);
       trace.getActiveSpan()?.setAttributes({ "sandbox.created": result.created, "sandbox.pooled": result.pooled, "sandbox.runtime": result.runtime });
       return result;
-    }));
-  const exec = (forwarded: boolean) => tracked((request: ExecRequest) =>
+    });
+  const exec = (forwarded: boolean) => (request: ExecRequest) =>
     inSpan("sandbox.exec", { "tack.session_id": request.sessionId, "sandbox.mode": request.mode, "sandbox.command": request.argv[0] ?? "" }, async () => {
       const response = await router.exec(request, forwarded);
       trace.getActiveSpan()?.setAttributes({ "sandbox.exit_code": response.exitCode, "sandbox.timed_out": response.timedOut });
       return response;
-    }));
-  const release = (forwarded: boolean) => tracked(async (request: ReleaseSandboxRequest) => ({ removed: await router.release(request, forwarded) }));
-  const processes = (forwarded: boolean) => tracked((request: ListProcessesRequest) =>
+    });
+  const release = (forwarded: boolean) => async (request: ReleaseSandboxRequest) => ({ removed: await router.release(request, forwarded) });
+  const processes = (forwarded: boolean) => (request: ListProcessesRequest) =>
     inSpan("sandbox.processes", { "tack.session_id": request.sessionId, "sandbox.mode": request.mode }, async () => {
       const response = await router.processes(request, forwarded);
       trace.getActiveSpan()?.setAttributes({ "sandbox.processes": response.processes.length });
       return response;
-    }));
+    });
+  const stdioOpen = (forwarded: boolean) => (request: OpenStdioRequest) =>
+    inSpan("sandbox.stdio.open", { "tack.session_id": request.sessionId, "sandbox.mode": request.mode, "sandbox.command": request.argv[0] ?? "" }, () => router.stdioOpen(request, forwarded));
 
-  const stdioOpen = (forwarded: boolean) => tracked((request: OpenStdioRequest) =>
-    inSpan("sandbox.stdio.open", { "tack.session_id": request.sessionId, "sandbox.mode": request.mode, "sandbox.command": request.argv[0] ?? "" }, () => router.stdioOpen(request, forwarded)));
-
-  const own = (verb: "ensure" | "exec" | "release" | "processes" | "stdio_open" | "ping") => replicaSubject(compiled.namespace, compiled.replicaId, verb);
-  const subscriptions = [
-    bus.serve(bus.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, ensure(false)),
-    bus.serve(bus.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, exec(false)),
-    bus.serve(bus.names.sandboxRelease, "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, release(false)),
-    bus.serve(bus.names.sandboxProcesses, "sandbox", ListProcessesRequest, ListProcessesResponse, processes(false)),
-    // Requests other replicas forward for containers this one owns (queue group per replica: a second process with this id shares the work).
-    bus.serve(own("ensure"), "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, ensure(true)),
-    bus.serve(own("exec"), "sandbox", ExecRequest, ExecResponse, exec(true)),
-    bus.serve(own("release"), "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, release(true)),
-    bus.serve(own("processes"), "sandbox", ListProcessesRequest, ListProcessesResponse, processes(true)),
-    bus.serve(stdioOpenSubject(compiled.namespace), "sandbox", OpenStdioRequest, OpenStdioResponse, stdioOpen(false)),
-    bus.serve(own("stdio_open"), "sandbox", OpenStdioRequest, OpenStdioResponse, stdioOpen(true)),
-    bus.nc.subscribe(own("ping"), { callback: (_error, message) => void message.respond() }),
-    // Managed workspaces live on storage every sandbox host shares, so any replica serves them.
-    bus.serve(bus.names.workspaceCreate, "sandbox", CreateWorkspaceRequest, CreateWorkspaceResponse, tracked((request: CreateWorkspaceRequest) => workspaces.create(request))),
-    bus.serve(bus.names.workspaceExport, "sandbox", ExportWorkspaceRequest, ExportWorkspaceResponse, tracked((request: ExportWorkspaceRequest) => workspaces.export(request))),
-    bus.serve(bus.names.workspaceDelete, "sandbox", DeleteWorkspaceRequest, DeleteWorkspaceResponse, tracked((request: DeleteWorkspaceRequest) => workspaces.delete(request))),
-  ];
-
-  // Round trip to the server so that the subscriptions are in place when this function returns.
-  await bus.nc.flush();
-  // Discoverable as micro-service tack-sandbox ($SRV.PING/INFO/STATS), with its replica id.
-  await registerMicro(bus, { service: "sandbox", description: "sandbox containers and the commands run in them", metadata: { replica: compiled.replicaId, runtime: compiled.runtime } });
+  // Other replicas check that this one is alive before they take over its containers.
+  const ping = bus.nc.subscribe(replicaSubject(compiled.namespace, compiled.replicaId, "ping"), { callback: (_error, message) => void message.respond() });
+  const own = { replica: compiled.replicaId };
+  let service: ServiceHandle;
+  try {
+    service = await startService({
+      bus, name: "sandbox", description: "sandbox containers and the commands run in them", metadata: { replica: compiled.replicaId, runtime: compiled.runtime },
+      endpoints: () => [
+        endpoint(SandboxRpc.EnsureSandbox, ensure(false)),
+        endpoint(SandboxRpc.Exec, exec(false)),
+        endpoint(SandboxRpc.ReleaseSandbox, release(false)),
+        endpoint(SandboxRpc.ListProcesses, processes(false)),
+        endpoint(SandboxRpc.OpenStdio, stdioOpen(false)),
+        // Requests other replicas forward for containers this one owns (a second process with this id shares the work).
+        endpoint(SandboxRpc.EnsureSandbox.at(own), ensure(true)),
+        endpoint(SandboxRpc.Exec.at(own), exec(true)),
+        endpoint(SandboxRpc.ReleaseSandbox.at(own), release(true)),
+        endpoint(SandboxRpc.ListProcesses.at(own), processes(true)),
+        endpoint(SandboxRpc.OpenStdio.at(own), stdioOpen(true)),
+        // Managed workspaces live on storage every sandbox host shares, so any replica serves them.
+        endpoint(WorkspacesRpc.CreateWorkspace, (request) => workspaces.create(request)),
+        endpoint(WorkspacesRpc.ExportWorkspace, (request) => workspaces.export(request)),
+        endpoint(WorkspacesRpc.DeleteWorkspace, (request) => workspaces.delete(request)),
+      ],
+    });
+  } catch (error) {
+    ping.unsubscribe();
+    await backend.close(false);
+    await bus.close();
+    throw error;
+  }
   pool?.fill();
   let collectedAt = 0;
   let collecting: Promise<void> = Promise.resolve();
@@ -193,8 +174,8 @@ export async function startSandboxService(options: SandboxServiceOptions): Promi
     stop: (stopOptions = {}) =>
       (stopped ??= (async () => {
         clearInterval(sweeper);
-        for (const subscription of subscriptions) subscription.unsubscribe();
-        await Promise.allSettled([...inFlight, collecting]);
+        ping.unsubscribe();
+        await Promise.allSettled([service.stop(), collecting]);
         await pool?.stop();
         if (stopOptions.removeContainers) {
           await sandboxes.removeAll();

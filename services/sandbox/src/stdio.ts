@@ -22,11 +22,6 @@ export function stdioSubjects(namespace: string, streamId: string): { input: str
   return { input: `${namespace}.sandbox.stdio.in.${streamId}`, output: `${namespace}.sandbox.stdio.out.${streamId}` };
 }
 
-/** Subject of `sandbox.stdio.open` (queue group `sandbox`). */
-export function stdioOpenSubject(namespace: string): string {
-  return `${namespace}.sandbox.stdio.open`;
-}
-
 /** Checks an open request, failing with `sandbox.bad_request` naming what is wrong. */
 export function checkOpenStdioRequest(request: OpenStdioRequest): void {
   if (!STREAM_ID.test(request.streamId)) {

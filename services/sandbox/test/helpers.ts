@@ -5,20 +5,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { Kvm } from "@nats-io/kv";
-import { assertToken, Bus, DEFAULT_SILENCE_MS } from "@tack/bus";
+import { assertToken, Bus, DEFAULT_SILENCE_MS, SandboxRpc } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
 import { removeNamespace } from "@tack/testkit";
-import {
-  EnsureSandboxRequest,
-  EnsureSandboxResponse,
-  ExecRequest,
-  ExecResponse,
-  ListProcessesRequest,
-  ListProcessesResponse,
-  ReleaseSandboxRequest,
-  ReleaseSandboxResponse,
-  SessionCreated,
-} from "@tack/proto";
+import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ListProcessesResponse, ReleaseSandboxResponse, SessionCreated } from "@tack/proto";
 import { placementBucket, startSandboxService, type SandboxService, type SandboxServiceOptions } from "../src/index.js";
 
 export const NATS_URL = "nats://127.0.0.1:4222";
@@ -78,7 +68,7 @@ export class Harness {
     const full = { tenant: "acme", mode: "workspace-write", ...request };
     if (options.log !== false) await this.logSession(full.sessionId, full.tenant, full.workspace);
     // As long as the tools service waits (a cold start on a loaded host), while the service's heartbeats say it works on it.
-    return this.bus.request(this.bus.names.sandboxEnsure, EnsureSandboxRequest, full, EnsureSandboxResponse, { timeoutMs: 60_000, silenceMs: DEFAULT_SILENCE_MS });
+    return this.bus.request(SandboxRpc.EnsureSandbox, full, { timeoutMs: 60_000, silenceMs: DEFAULT_SILENCE_MS });
   }
 
   readonly #logged = new Map<string, Promise<void>>();
@@ -116,17 +106,17 @@ export class Harness {
       stdin: Buffer.from(options.stdin ?? ""),
       mode: options.mode ?? "",
     };
-    const response = await this.bus.request(this.bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs: 120_000 });
+    const response = await this.bus.request(SandboxRpc.Exec, request, { timeoutMs: 120_000 });
     return { ...response, stdout: Buffer.from(response.stdout).toString(), stderr: Buffer.from(response.stderr).toString() };
   }
 
   /** The processes the sandbox service lists for the session's container of `mode` (its first one when empty). */
   processes(sessionId: string, mode = ""): Promise<ListProcessesResponse> {
-    return this.bus.request(this.bus.names.sandboxProcesses, ListProcessesRequest, { sessionId, mode }, ListProcessesResponse, { timeoutMs: 30_000 });
+    return this.bus.request(SandboxRpc.ListProcesses, { sessionId, mode }, { timeoutMs: 30_000 });
   }
 
   release(sessionId: string): Promise<ReleaseSandboxResponse> {
-    return this.bus.request(this.bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId, mode: "" }, ReleaseSandboxResponse);
+    return this.bus.request(SandboxRpc.ReleaseSandbox, { sessionId, mode: "" });
   }
 
   /** The ids of the namespace's containers (running or not), optionally of one session (found by name: pool containers carry no session label). */

@@ -1,5 +1,5 @@
+import { SandboxRpc } from "@tack/bus";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ReleaseSandboxRequest, ReleaseSandboxResponse } from "@tack/proto";
 import { waitFor } from "@tack/testkit";
 import { startSandboxService } from "../src/index.js";
 import { docker, Harness, NATS_URL, rejection, uniqueNamespace } from "./helpers.js";
@@ -77,7 +77,7 @@ describe("sandbox lifecycle", () => {
     expect((await h.exec("s-modes", ["touch", "/workspace/g"], { mode: "read-only" })).stderr).toContain("Read-only file system");
     expect((await rejection(h.exec("s-modes", ["true"], { mode: "danger-full-access" }))).code).toBe("sandbox.not_found");
     // Releasing one mode keeps the other.
-    expect(await h.bus.request(h.bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId: "s-modes", mode: "read-only" }, ReleaseSandboxResponse)).toEqual({ removed: true });
+    expect(await h.bus.request(SandboxRpc.ReleaseSandbox, { sessionId: "s-modes", mode: "read-only" })).toEqual({ removed: true });
     expect(await h.containerIds("s-modes")).toEqual([first.containerId]);
   });
 

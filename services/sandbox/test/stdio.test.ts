@@ -1,10 +1,11 @@
 // Long-lived processes whose stdio travels over NATS (sandbox.stdio.open, decision 0016).
 import { randomBytes } from "node:crypto";
 import type { Subscription } from "@nats-io/nats-core";
-import { OpenStdioRequest, OpenStdioResponse, StdioFrame } from "@tack/proto";
+import { SandboxRpc } from "@tack/bus";
+import { OpenStdioRequest, type OpenStdioResponse, StdioFrame } from "@tack/proto";
 import { waitFor } from "@tack/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { stdioOpenSubject, stdioSubjects } from "../src/stdio.js";
+import { stdioSubjects } from "../src/stdio.js";
 import { Harness, rejection } from "./helpers.js";
 
 /** One stream as a test drives it: frames sent in order, output collected. */
@@ -21,7 +22,7 @@ class TestStream {
       for await (const message of subscription) stream.frames.push(StdioFrame.decode(message.data));
     })();
     try {
-      const response = await h.bus.request(stdioOpenSubject(h.namespace), OpenStdioRequest, OpenStdioRequest.fromPartial({ sessionId, argv, streamId: id, ...extra }), OpenStdioResponse, { timeoutMs: 30_000 });
+      const response = await h.bus.request(SandboxRpc.OpenStdio, OpenStdioRequest.fromPartial({ sessionId, argv, streamId: id, ...extra }), { timeoutMs: 30_000 });
       return [stream, response];
     } catch (error) {
       subscription.unsubscribe();
@@ -104,7 +105,7 @@ describe("sandbox stdio streams", () => {
     const missing = await rejection(TestStream.open(h, "s1", ["no-such-server"]));
     expect(missing).toMatchObject({ code: "sandbox.spawn_failed" });
     expect(missing.message).toContain("no-such-server: command not found");
-    const badId = await rejection(h.bus.request(stdioOpenSubject(h.namespace), OpenStdioRequest, OpenStdioRequest.fromPartial({ sessionId: "s1", argv: ["cat"], streamId: "x" }), OpenStdioResponse));
+    const badId = await rejection(h.bus.request(SandboxRpc.OpenStdio, OpenStdioRequest.fromPartial({ sessionId: "s1", argv: ["cat"], streamId: "x" })));
     expect(badId).toMatchObject({ code: "sandbox.bad_request" });
     expect(await rejection(TestStream.open(h, "nobody", ["cat"]))).toMatchObject({ code: "sandbox.not_found" });
   });

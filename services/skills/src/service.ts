@@ -1,5 +1,4 @@
-import { Bus, registerMicro, serviceNamespace, type BusAuth } from "@tack/bus";
-import { InvalidateSkillsRequest, InvalidateSkillsResponse, LoadSkillRequest, LoadSkillResponse, SkillCatalogRequest, SkillCatalogResponse } from "@tack/proto";
+import { Bus, type BusAuth, endpoint, serviceNamespace, SkillsRpc, startService, type ServiceHandle } from "@tack/bus";
 import { Skills, type Invoker, type SkillsOptions } from "./skills.js";
 
 /** How to start a skills service. */
@@ -20,12 +19,9 @@ export interface SkillsService {
   stop(): Promise<void>;
 }
 
-/** Queue group shared by all replicas, so each request is handled once. */
-const QUEUE = "skills";
-
 /**
- * Connects to the bus and serves `skills.catalog`, `skills.load` and `skills.invalidate` in queue
- * group `skills`. It reads the workspaces from the host's filesystem, so it runs where they live
+ * Connects to the bus and serves the rpcs of `tack.skills.v1.Skills` (`SkillsRpc`: catalog, load,
+ * invalidate) in queue group `skills`. It reads the workspaces from the host's filesystem, so it runs where they live
  * (next to the sandbox service).
  */
 export async function startSkillsService(options: SkillsServiceOptions): Promise<SkillsService> {
@@ -38,20 +34,28 @@ export async function startSkillsService(options: SkillsServiceOptions): Promise
     skills.close();
     throw error;
   }
-  const subscriptions = [
-    bus.serve(bus.names.skillsCatalog, QUEUE, SkillCatalogRequest, SkillCatalogResponse, (request) => skills.catalog(request.workspace)),
-    bus.serve(bus.names.skillsLoad, QUEUE, LoadSkillRequest, LoadSkillResponse, (request) => skills.load(request.workspace, request.name, request.by as Invoker)),
-    bus.serve(bus.names.skillsInvalidate, QUEUE, InvalidateSkillsRequest, InvalidateSkillsResponse, async (request) => ({
-      recomputed: await skills.invalidate(request.path, request.workspace || undefined),
-    })),
-  ];
-  // Discoverable as micro-service tack-skills ($SRV.PING/INFO/STATS) once it serves.
-  await registerMicro(bus, { service: "skills", description: "skill discovery, catalog and bodies, read from the workspaces and skill roots" });
+  let service: ServiceHandle;
+  try {
+    service = await startService({
+      bus, name: "skills", description: "skill discovery, catalog and bodies, read from the workspaces and skill roots",
+      endpoints: () => [
+        endpoint(SkillsRpc.Catalog, (request) => skills.catalog(request.workspace)),
+        endpoint(SkillsRpc.LoadSkill, (request) => skills.load(request.workspace, request.name, request.by as Invoker)),
+        endpoint(SkillsRpc.Invalidate, async (request) => ({
+          recomputed: await skills.invalidate(request.path, request.workspace || undefined),
+        })),
+      ],
+    });
+  } catch (error) {
+    skills.close();
+    await bus.close();
+    throw error;
+  }
 
   return {
     skills,
     async stop() {
-      for (const subscription of subscriptions) subscription.unsubscribe();
+      await service.stop();
       skills.close();
       await bus.close();
     },

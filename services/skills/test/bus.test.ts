@@ -4,8 +4,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Bus, discoverMicro, TackError } from "@tack/bus";
-import { InvalidateSkillsRequest, InvalidateSkillsResponse, LoadSkillRequest, LoadSkillResponse, SkillCatalogRequest, SkillCatalogResponse } from "@tack/proto";
+import { Bus, discoverMicro, SkillsRpc, TackError } from "@tack/bus";
 import { afterEach, beforeEach, expect, it } from "vitest";
 import { startSkillsService, type SkillsService } from "../src/index.js";
 
@@ -36,8 +35,8 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const catalog = () => client.request(client.names.skillsCatalog, SkillCatalogRequest, { workspace: ws }, SkillCatalogResponse);
-const load = (name: string, by: string) => client.request(client.names.skillsLoad, LoadSkillRequest, { workspace: ws, name, by }, LoadSkillResponse);
+const catalog = () => client.request(SkillsRpc.Catalog, { workspace: ws });
+const load = (name: string, by: string) => client.request(SkillsRpc.LoadSkill, { workspace: ws, name, by });
 
 it("bus - serves the catalog, bodies, refusals as errors and invalidate, and answers discovery as tack-skills", async () => {
   const first = await catalog();
@@ -57,17 +56,17 @@ it("bus - serves the catalog, bodies, refusals as errors and invalidate, and ans
   expect(refused).toBeInstanceOf(TackError);
   expect(refused).toMatchObject({ code: "skills.model_not_allowed", message: expect.stringContaining("only the user can run it, by typing /release") });
   await expect(load("reveiw", "model")).rejects.toMatchObject({ code: "skills.unknown", message: 'no skill named "reveiw"; did you mean "review"?' });
-  await expect(client.request(client.names.skillsCatalog, SkillCatalogRequest, { workspace: "relative" }, SkillCatalogResponse))
+  await expect(client.request(SkillsRpc.Catalog, { workspace: "relative" }))
     .rejects.toMatchObject({ code: "skills.invalid_request" });
 
   // A write under a skills root, then invalidate: the next catalog has the new skill and digest.
   const added = join(ws, ".tack", "skills", "fix.md");
   await writeFile(added, "---\ndescription: fix a bug\n---\nReproduce first.\n");
-  expect(await client.request(client.names.skillsInvalidate, InvalidateSkillsRequest, { workspace: ws, path: added }, InvalidateSkillsResponse)).toEqual({ recomputed: true });
+  expect(await client.request(SkillsRpc.Invalidate, { workspace: ws, path: added })).toEqual({ recomputed: true });
   const second = await catalog();
   expect(second.entries.map((e) => e.name)).toEqual(["fix", "release", "review"]);
   expect(second.digest).not.toBe(first.digest);
-  expect(await client.request(client.names.skillsInvalidate, InvalidateSkillsRequest, { workspace: ws, path: join(ws, "README.md") }, InvalidateSkillsResponse)).toEqual({ recomputed: false });
+  expect(await client.request(SkillsRpc.Invalidate, { workspace: ws, path: join(ws, "README.md") })).toEqual({ recomputed: false });
 
   const found = await discoverMicro(client, { service: "skills" });
   expect(found.map((f) => f.instance.service)).toEqual(["skills"]);

@@ -1,8 +1,5 @@
-import {
-  DEFAULT_SILENCE_MS, openSandboxProcess, retrying, retryPolicy, TackError,
-  type Bus, type RetryPolicy, type SandboxOutput, type SandboxProcess, type SandboxProcessRequest,
-} from "@tack/bus";
-import { EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, type HopRetry } from "@tack/proto";
+import { type Bus, DEFAULT_SILENCE_MS, openSandboxProcess, retrying, type RetryPolicy, retryPolicy, type SandboxOutput, type SandboxProcess, type SandboxProcessRequest, SandboxRpc, TackError } from "@tack/bus";
+import { EnsureSandboxRequest, ExecRequest, ExecResponse, type HopRetry } from "@tack/proto";
 
 /** The session's sandbox as the tools see it: make sure it exists, then run commands in it. */
 export interface SandboxClient {
@@ -50,7 +47,7 @@ export class BusSandboxClient implements SandboxClient {
     const k = `${request.sessionId} ${request.mode}`;
     const known = this.#ensured.get(k);
     if (known && Date.now() - known.at < ENSURED_FOR_MS && sameEnsure(known.request, request)) return;
-    await this.#bus.request(this.#bus.names.sandboxEnsure, EnsureSandboxRequest, request, EnsureSandboxResponse, {
+    await this.#bus.request(SandboxRpc.EnsureSandbox, request, {
       timeoutMs: ENSURE_TIMEOUT_MS, silenceMs: DEFAULT_SILENCE_MS,
     });
     this.#ensured.set(k, { request, at: Date.now() });
@@ -63,7 +60,7 @@ export class BusSandboxClient implements SandboxClient {
     try {
       // The exec contract has no cancel message: on abort we stop waiting, and the command
       // runs on in the container until its own timeout.
-      return await abortable(this.#bus.request(this.#bus.names.sandboxExec, ExecRequest, request, ExecResponse, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS }), signal);
+      return await abortable(this.#bus.request(SandboxRpc.Exec, request, { timeoutMs, silenceMs: DEFAULT_SILENCE_MS }), signal);
     } catch (error) {
       // The container went away since it was ensured (reaped, or gone with a dead replica): the next ensure asks again.
       if (error instanceof TackError && error.code === "sandbox.not_found") this.#ensured.delete(`${request.sessionId} ${request.mode}`);

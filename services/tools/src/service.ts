@@ -1,10 +1,5 @@
-import { Bus, serviceNamespace, type BusAuth } from "@tack/bus";
-import { registerMicro } from "@tack/bus";
+import { Bus, type BusAuth, endpoint, serviceNamespace, startService, ToolsRpc } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, ReadHooksConfigRequest, ReadHooksConfigResponse, ReadRulesRequest, ReadRulesResponse,
-  RunHookRequest, RunHookResponse, WebSearchHealthRequest, WebSearchHealthResponse,
-} from "@tack/proto";
 import { readHooksConfig, runHook } from "./hooks.js";
 import { callTool, listTools } from "./registry.js";
 import { readRules } from "./rules.js";
@@ -30,11 +25,8 @@ export interface ToolsService {
   stop(): Promise<void>;
 }
 
-/** Queue group shared by all replicas, so each call is handled once. */
-const QUEUE = "tools";
-
 /**
- * Connects to the bus and serves `tools.list` and `tools.call` in queue group `tools`; every
+ * Connects to the bus and serves the rpcs of `tack.tools.v1.Tools` (`ToolsRpc`, queue group `tools`); every
  * file and shell operation goes to the session's sandbox through the sandbox service, and
  * `read` of a spilled result goes to the spill bucket in the object store.
  */
@@ -51,32 +43,24 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
       return bucket?.get(address, callId);
     },
   };
-  const stopping = new AbortController();
-  const inFlight = new Set<Promise<unknown>>();
-  const track = <T>(promise: Promise<T>): Promise<T> => {
-    inFlight.add(promise);
-    void promise.finally(() => inFlight.delete(promise)).catch(() => undefined);
-    return promise;
-  };
-
-  const subscriptions = [
-    bus.serve(bus.names.toolsList, QUEUE, ListToolsRequest, ListToolsResponse, async (request) => ({ tools: listTools(request.mode, request.defined) })),
-    bus.serve(bus.names.toolsCall, QUEUE, CallToolRequest, CallToolResponse, (request) =>
-      track(callTool(request, { sandbox, spills, signal: stopping.signal, retry, bus })),
-    ),
-    bus.serve(bus.names.toolsWebHealth, QUEUE, WebSearchHealthRequest, WebSearchHealthResponse, (request) => webSearchHealth(request)),
-    bus.serve(bus.names.toolsRules, QUEUE, ReadRulesRequest, ReadRulesResponse, (request) => track(readRules(request, sandbox, stopping.signal))),
-    bus.serve(bus.names.toolsHookConfig, QUEUE, ReadHooksConfigRequest, ReadHooksConfigResponse, (request) => track(readHooksConfig(request, sandbox, stopping.signal))),
-    bus.serve(bus.names.toolsHookRun, QUEUE, RunHookRequest, RunHookResponse, (request) => track(runHook(request, sandbox, stopping.signal))),
-  ];
-  // Discoverable as micro-service tack-tools ($SRV.PING/INFO/STATS) once it serves.
-  await registerMicro(bus, { service: "tools", description: "the agent's tools, run in the session's sandbox" });
+  const service = await startService({
+    bus, name: "tools", description: "the agent's tools, run in the session's sandbox",
+    endpoints: (signal) => [
+      endpoint(ToolsRpc.ListTools, async (request) => ({ tools: listTools(request.mode, request.defined) })),
+      endpoint(ToolsRpc.CallTool, (request) => callTool(request, { sandbox, spills, signal, retry, bus })),
+      endpoint(ToolsRpc.WebSearchHealth, (request) => webSearchHealth(request)),
+      endpoint(ToolsRpc.ReadRules, (request) => readRules(request, sandbox, signal)),
+      endpoint(ToolsRpc.ReadHooksConfig, (request) => readHooksConfig(request, sandbox, signal)),
+      endpoint(ToolsRpc.RunHook, (request) => runHook(request, sandbox, signal)),
+    ],
+  }).catch(async (error: unknown) => {
+    await bus.close();
+    throw error;
+  });
 
   return {
     async stop() {
-      for (const subscription of subscriptions) subscription.unsubscribe();
-      stopping.abort();
-      await Promise.allSettled(inFlight);
+      await service.stop();
       // Let the bus publish the replies of the calls that just settled before the connection drains.
       await new Promise((resolve) => setImmediate(resolve));
       await bus.close();

@@ -7,10 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus, discoverMicro } from "@tack/bus";
-import {
-  CallToolRequest, CallToolResponse, EnsureSandboxRequest, EnsureSandboxResponse, ListToolsRequest, ListToolsResponse, type DefinedTool,
-} from "@tack/proto";
+import { Bus, discoverMicro, SandboxRpc, ToolsRpc } from "@tack/bus";
+import { CallToolRequest, CallToolResponse, type DefinedTool } from "@tack/proto";
 import { removeNamespace, waitFor } from "@tack/testkit";
 
 // The CPU bombs of issue 18 sent to the real tools service over the bus, with the service as a
@@ -53,7 +51,7 @@ beforeAll(async () => {
   // and none of these runs anything in it (web_fetch fetches from the service, define_tool and
   // a refused call run nothing).
   sandboxResponder = await Bus.connect({ url: NATS_URL, namespace, name: "budget-over-bus-sandbox" });
-  sandboxResponder.serve(sandboxResponder.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, async (request) =>
+  sandboxResponder.serve(SandboxRpc.EnsureSandbox, async (request) =>
     ({ containerId: `local-${request.sessionId}`, created: false, runtime: "local" }));
   await sandboxResponder.nc.flush();
 
@@ -83,10 +81,10 @@ afterAll(async () => {
 
 /** tools.call of `name` in a session of mode `sessionMode` (a fresh call id each time). */
 function call(name: string, args: unknown, fields: Partial<CallToolRequest> = {}, timeoutMs = 60_000): Promise<CallToolResponse> {
-  return bus.request(bus.names.toolsCall, CallToolRequest, CallToolRequest.fromPartial({
+  return bus.request(ToolsRpc.CallTool, CallToolRequest.fromPartial({
     sessionId: "s1", tenant: "t1", callId: `call_${calls++}`, name, arguments: JSON.stringify(args), workspace: root,
     sandboxMode: "workspace-write", attempt: 1, firstAttemptAtMs: Date.now(), ...fields,
-  }), CallToolResponse, { timeoutMs });
+  }), { timeoutMs });
 }
 
 /** Milliseconds `work` took, or Infinity when it failed (a probe that timed out). */
@@ -117,7 +115,7 @@ async function meanwhile(hostile: () => Promise<CallToolResponse>): Promise<{ re
   const probes: number[] = [];
   do {
     const round = await Promise.all([
-      timed(() => bus.request(bus.names.toolsList, ListToolsRequest, { mode: "standard" }, ListToolsResponse, { timeoutMs: 5_000 })),
+      timed(() => bus.request(ToolsRpc.ListTools, { mode: "standard" }, { timeoutMs: 5_000 })),
       timed(async () => {
         const small = await call("web_fetch", { url: `${base}/small` }, {}, 5_000);
         if (!small.content.includes("untrusted=\"true\">\nsmall\n</web_content>")) throw new Error(`the probe web_fetch answered ${JSON.stringify(small.content)}`);

@@ -2,9 +2,9 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Bus, TackError } from "@tack/bus";
+import { Bus, SandboxRpc, TackError, ToolsRpc } from "@tack/bus";
 import { SpillBucket } from "@tack/log";
-import { CallToolRequest, CallToolResponse, EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
+import { CallToolRequest } from "@tack/proto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { waitFor } from "@tack/testkit";
 import { startToolsService, type ToolsService } from "../src/index.js";
@@ -34,11 +34,11 @@ async function startSandboxResponder(): Promise<Bus> {
   const local = new LocalSandboxClient(root);
   sandbox = local;
   const never = new AbortController().signal;
-  sandboxResponder.serve(sandboxResponder.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, async (request) => {
+  sandboxResponder.serve(SandboxRpc.EnsureSandbox, async (request) => {
     await local.ensure(request);
     return { containerId: `local-${request.sessionId}`, created: local.ensured.length === 1, runtime: "local" };
   });
-  sandboxResponder.serve(sandboxResponder.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, (request) => local.exec(request, never));
+  sandboxResponder.serve(SandboxRpc.Exec, (request) => local.exec(request, never));
   await sandboxResponder.nc.flush();
   return sandboxResponder;
 }
@@ -52,22 +52,17 @@ afterEach(async () => {
 });
 
 const call = (name: string, args: unknown, sessionId = "s1") =>
-  client.request(
-    client.names.toolsCall,
-    CallToolRequest,
-    CallToolRequest.fromPartial({ sessionId, tenant: "t1", callId: "c1", name, arguments: JSON.stringify(args), workspace: root, sandboxMode: "workspace-write" }),
-    CallToolResponse,
-  );
+  client.request(ToolsRpc.CallTool, CallToolRequest.fromPartial({ sessionId, tenant: "t1", callId: "c1", name, arguments: JSON.stringify(args), workspace: root, sandboxMode: "workspace-write" }), );
 
 describe("bus", () => {
   it("bus - tools.list returns the standard tools with their JSON Schemas", async () => {
-    const response = await client.request(client.names.toolsList, ListToolsRequest, { mode: "standard" }, ListToolsResponse);
+    const response = await client.request(ToolsRpc.ListTools, { mode: "standard" });
     expect(response.tools.map((tool) => tool.name)).toEqual(["read", "write", "edit", "glob", "grep", "bash", "job_list", "job_output", "job_kill", "todo_write", "ask_user_question", "exit_plan_mode", "session_search", "web_fetch", "web_search", "lsp"]);
     expect(JSON.parse(response.tools[0]!.parametersJson)).toMatchObject({ type: "object", required: ["path"] });
   });
 
   it("bus - tools.list with an unknown mode answers tools.unknown_mode", async () => {
-    const error = await client.request(client.names.toolsList, ListToolsRequest, { mode: "nope" }, ListToolsResponse).catch((e: unknown) => e);
+    const error = await client.request(ToolsRpc.ListTools, { mode: "nope" }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TackError);
     expect(error).toMatchObject({ code: "tools.unknown_mode" });
   });

@@ -1,6 +1,7 @@
+import { ToolsRpc } from "@tack/bus";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ReadHooksConfigRequest, ReadHooksConfigResponse, RunHookRequest, RunHookResponse } from "@tack/proto";
+import { ReadHooksConfigRequest, RunHookRequest } from "@tack/proto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HOOKS_FILE_MAX_BYTES } from "../src/hooks.js";
 import { ToolsOverBus } from "./support/over-bus.js";
@@ -14,10 +15,10 @@ describe("hooks in the sandbox", () => {
   afterAll(() => s?.stop());
 
   const session = () => ({ sessionId: "h1", tenant: "t1", workspace: s.workspace, sandboxMode: "workspace-write" });
-  const config = () => s.bus.request(s.bus.names.toolsHookConfig, ReadHooksConfigRequest, ReadHooksConfigRequest.fromPartial(session()), ReadHooksConfigResponse, { timeoutMs: 60_000 });
-  const run = (command: string, fields: Partial<RunHookRequest> = {}) => s.bus.request(s.bus.names.toolsHookRun, RunHookRequest, RunHookRequest.fromPartial({
+  const config = () => s.bus.request(ToolsRpc.ReadHooksConfig, ReadHooksConfigRequest.fromPartial(session()), { timeoutMs: 60_000 });
+  const run = (command: string, fields: Partial<RunHookRequest> = {}) => s.bus.request(ToolsRpc.RunHook, RunHookRequest.fromPartial({
     ...session(), command, input: "{}", timeoutMs: 10_000, invocationId: "PreToolUse-1-0", ...fields,
-  }), RunHookResponse, { timeoutMs: 60_000 });
+  }), { timeoutMs: 60_000 });
 
   it("tools.hook_config - reads the workspace's hooks files that exist, whole, and says why one cannot be used", async () => {
     expect((await config()).files).toEqual([]);

@@ -1,7 +1,8 @@
+import { ToolsRpc } from "@tack/bus";
 import { createHash } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ReadRulesRequest, ReadRulesResponse } from "@tack/proto";
+import { ReadRulesRequest } from "@tack/proto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RULES_READ_BYTES } from "../src/rules.js";
 import { ToolsOverBus } from "./support/over-bus.js";
@@ -14,9 +15,9 @@ describe("tools.rules in the sandbox", () => {
   });
   afterAll(() => s?.stop());
 
-  const rules = (dirs: string[]) => s.bus.request(s.bus.names.toolsRules, ReadRulesRequest, ReadRulesRequest.fromPartial({
+  const rules = (dirs: string[]) => s.bus.request(ToolsRpc.ReadRules, ReadRulesRequest.fromPartial({
     sessionId: "r1", tenant: "t1", workspace: s.workspace, sandboxMode: "read-only", dirs,
-  }), ReadRulesResponse, { timeoutMs: 60_000 });
+  }), { timeoutMs: 60_000 });
   const sha = (data: string | Buffer) => createHash("sha256").update(data).digest("hex");
 
   it("tools.rules - reads each folder's AGENTS.md and CLAUDE.md whole-file hashed and framed, reports what it cannot read", async () => {

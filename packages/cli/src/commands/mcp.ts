@@ -1,8 +1,7 @@
 // `tack mcp add|remove|import|list`: the MCP servers of ~/.tack/mcp.json and ./.mcp.json, and their
 // state as the running Tack's MCP service sees them.
 import { resolve } from "node:path";
-import { TackError } from "@tack/bus";
-import { ListMcpToolsRequest, ListMcpToolsResponse } from "@tack/proto";
+import { McpRpc, TackError } from "@tack/bus";
 import type { McpCommand, Scope } from "../args.js";
 import {
   configuredServers, describeServer, importSource, mcpConfigLocation, readImportSource, readMcpDocument, toMcpJsonEntry, userHome, validateServer, writeMcpDocument,
@@ -141,7 +140,7 @@ export async function collectMcpList(workspace: string, cwd: string, env: NodeJS
     try {
       const bus = await connectToTack(location, "tack-mcp-list");
       try {
-        const reply = await bus.request(bus.names.mcpList, ListMcpToolsRequest, { tenant: env.TACK_TENANT || "local", sessionId: "", workspace, sandboxMode: "" }, ListMcpToolsResponse, { timeoutMs: LIST_TIMEOUT_MS });
+        const reply = await bus.request(McpRpc.ListTools, { tenant: env.TACK_TENANT || "local", sessionId: "", workspace, sandboxMode: "" }, { timeoutMs: LIST_TIMEOUT_MS });
         const servers = reply.servers.map((s): ListedServer => ({ name: s.name, state: s.state, source: s.source, transport: s.transport, tools: [...s.tools], error: s.error, warnings: [...s.warnings] }));
         // Problems of the configuration files themselves (unreadable, not JSON): their servers are missing.
         return { running: true, note: null, workspace, servers, problems: [...(reply.warnings ?? [])] };

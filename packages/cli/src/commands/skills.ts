@@ -1,9 +1,9 @@
 // `tack skills list|add`: the skills the running Tack offers in a workspace, and installing skills
 // from a git URL, an npm package or a local folder where the operator allows it.
 import { dirname, join, resolve } from "node:path";
-import { TackError } from "@tack/bus";
+import { SkillsRpc, TackError } from "@tack/bus";
 import type { OperatorConfig } from "@tack/config";
-import { SkillCatalogRequest, SkillCatalogResponse } from "@tack/proto";
+import { SkillCatalogResponse } from "@tack/proto";
 import type { SkillsCommand } from "../args.js";
 import { userHome } from "../mcp-config.js";
 import { repoRoot } from "../paths.js";
@@ -35,7 +35,7 @@ async function list(command: Extract<SkillsCommand, { action: "list" }>, cwd: st
   const bus = await connectToTack(location, "tack-skills-list");
   let reply: SkillCatalogResponse;
   try {
-    reply = await bus.request(bus.names.skillsCatalog, SkillCatalogRequest, { workspace }, SkillCatalogResponse, { timeoutMs: CATALOG_TIMEOUT_MS });
+    reply = await bus.request(SkillsRpc.Catalog, { workspace }, { timeoutMs: CATALOG_TIMEOUT_MS });
   } catch (error) {
     const failure = TackError.from(error);
     if (failure.code === "bus.no_responders") {

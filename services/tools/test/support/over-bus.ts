@@ -2,7 +2,7 @@ import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { Bus } from "@tack/bus";
+import { Bus, ToolsRpc } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter } from "@tack/log";
 import { CallToolRequest, CallToolResponse, ListToolsRequest, ListToolsResponse, SessionCreated } from "@tack/proto";
 import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
@@ -49,15 +49,15 @@ export class ToolsOverBus {
 
   /** tools.list of `mode` (default: the session's). */
   list(request: Partial<ListToolsRequest> = {}): Promise<ListToolsResponse> {
-    return this.bus.request(this.bus.names.toolsList, ListToolsRequest, ListToolsRequest.fromPartial({ mode: this.#session.mode, ...request }), ListToolsResponse);
+    return this.bus.request(ToolsRpc.ListTools, ListToolsRequest.fromPartial({ mode: this.#session.mode, ...request }));
   }
 
   /** tools.call of `name` in the session, under workspace-write, as a first attempt with a fresh call id. */
   call(name: string, args: unknown, fields: Partial<CallToolRequest> = {}): Promise<CallToolResponse> {
-    return this.bus.request(this.bus.names.toolsCall, CallToolRequest, CallToolRequest.fromPartial({
+    return this.bus.request(ToolsRpc.CallTool, CallToolRequest.fromPartial({
       sessionId: this.#session.sessionId, tenant: this.#session.tenant, callId: `call_${this.#calls++}`, name, arguments: JSON.stringify(args),
       workspace: this.workspace, sandboxMode: "workspace-write", attempt: 1, firstAttemptAtMs: Date.now(), sessionMode: this.#session.mode, ...fields,
-    }), CallToolResponse, { timeoutMs: 60_000 });
+    }), { timeoutMs: 60_000 });
   }
 
   async stop(): Promise<void> {
