@@ -37,7 +37,8 @@ function recordLoopSubjects(): void {
   Bus.prototype.serve = function (this: Bus, ...args: Parameters<typeof serve>) {
     const [subject, queue, req, res, handler] = args;
     const namespace = this.names.namespace;
-    if (!subject.startsWith(`${namespace}.loop.`)) return serve.apply(this, args);
+    // Services migrated to descriptors (`serve(descriptor, handler)`) pass no subject string: not the loop, not recorded.
+    if (typeof subject !== "string" || !subject.startsWith(`${namespace}.loop.`)) return serve.apply(this, args);
     return serve.call(this, subject, queue, req, res, async (request: unknown, context: RequestContext) => {
       recorders.get(namespace)?.push(context.subject);
       return handler(request, context);
