@@ -1,6 +1,6 @@
 import { TackError } from "@tack/bus";
 import { ALLOWED_FROM, modeRank, type Denied } from "@tack/config";
-import type { ApprovalAsked, ApprovalDecided, Event, ToolCall, ToolSpec } from "@tack/proto";
+import type { ApprovalAsked, ApprovalDecided, ToolCall, ToolSpec } from "@tack/proto";
 import { PendingWaits } from "./waits.js";
 
 /** Approval policies: `never` denies anything that needs approval. */
@@ -162,24 +162,6 @@ export function outcomePlan(call: ToolCall, decided: ApprovalDecided, sessionMod
     default:
       return { kind: "refuse", content: APPROVAL_TEXT.unavailable(mode, sessionMode) };
   }
-}
-
-/** The latest value of the session's sandbox mode in `events`. */
-export function sandboxModeOf(events: readonly Event[]): string {
-  for (let i = events.length - 1; i >= 0; i--) {
-    const p = events[i]!.payload;
-    if (p?.$case === "sandboxMode") return p.value.mode;
-  }
-  return "workspace-write";
-}
-
-/** The latest value of the session's approval policy in `events`. */
-export function approvalPolicyOf(events: readonly Event[]): string {
-  for (let i = events.length - 1; i >= 0; i--) {
-    const p = events[i]!.payload;
-    if (p?.$case === "approvalPolicy") return p.value.policy;
-  }
-  return "ask";
 }
 
 /**

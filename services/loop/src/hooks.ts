@@ -5,15 +5,14 @@ import { join } from "node:path";
 import { z } from "zod";
 import { DEFAULT_SILENCE_MS, TackError, type Bus } from "@tack/bus";
 import { WORKSPACE } from "@tack/config";
-import { draft, type Draft } from "@tack/log";
+import { draft, type Draft, type SessionState } from "@tack/log";
 import {
   CallToolResponse, ReadHooksConfigRequest, ReadHooksConfigResponse, RunHookRequest, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type ToolCall,
   type ToolSpec,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { LinearRegExp } from "@tack/linear-regex";
-import { approvalPolicyOf, sandboxModeOf, toolApprovalPlan, type CallPlan } from "./approvals.js";
-import { planModeOf } from "./session-tools.js";
+import { toolApprovalPlan, type CallPlan } from "./approvals.js";
 
 /** The hook events of Claude Code's format that Tack accepts (SubagentStart/SubagentStop never fire: Tack has no sub-agents yet). */
 export const HOOK_EVENTS = ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SubagentStart", "SubagentStop"] as const;
@@ -283,14 +282,14 @@ export const busHookRequests: HookRequests = {
   async readConfig(host) {
     const { bus } = host;
     const response = await bus.request(bus.names.toolsHookConfig, ReadHooksConfigRequest, {
-      sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: sandboxModeOf(host.events),
+      sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: host.state.sandboxMode,
     }, ReadHooksConfigResponse, { timeoutMs: 60_000, silenceMs: DEFAULT_SILENCE_MS });
     return response.files;
   },
   run(host, request) {
     const { bus } = host;
     return bus.request(bus.names.toolsHookRun, RunHookRequest, {
-      sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: sandboxModeOf(host.events), ...request,
+      sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: host.state.sandboxMode, ...request,
     }, RunHookResponse, { timeoutMs: request.timeoutMs + RUN_MARGIN_MS, silenceMs: DEFAULT_SILENCE_MS });
   },
 };
@@ -302,6 +301,8 @@ export interface HooksHost {
   readonly tenant: string;
   readonly workspace: string;
   readonly events: readonly Event[];
+  /** The session's state as the log says it now (sandbox mode, approval policy, plan mode). */
+  readonly state: SessionState;
   readonly append: (...drafts: Draft[]) => Promise<Event[]>;
   readonly log: Logger;
   /** The session's tools as the tools service lists them (matchers are checked against their names and Claude Code names). */
@@ -309,7 +310,7 @@ export interface HooksHost {
 }
 
 /** What reading the hooks files needs from the session (no log writes: a read at session creation logs nothing). */
-export type HooksReadHost = Pick<HooksHost, "bus" | "sessionId" | "tenant" | "workspace" | "events" | "log">;
+export type HooksReadHost = Pick<HooksHost, "bus" | "sessionId" | "tenant" | "workspace" | "events" | "state" | "log">;
 
 /** How a Hooks instance finds its files and runs its commands. */
 export interface HooksOptions {
@@ -445,7 +446,7 @@ export class Hooks {
     if (blocks.length > 0) return { kind: "refuse", content: blocks.map((r) => HOOK_TEXT.blocked(r.hook.source, r.outcome.reason)).join("\n") };
     const ask = ran.find((r) => r.outcome.decision === "ask");
     if (!ask || plan.kind !== "run" || plan.note) return plan;
-    const asking = toolApprovalPlan(call, { mode: plan.mode, policy: approvalPolicyOf(host.events), turn, step }, `${call.name} ${call.arguments}`.slice(0, 2000));
+    const asking = toolApprovalPlan(call, { mode: plan.mode, policy: host.state.approvalPolicy, turn, step }, `${call.name} ${call.arguments}`.slice(0, 2000));
     const justification = `Hook ${ask.hook.source} asks for a person's yes${ask.outcome.reason ? `: ${ask.outcome.reason}` : ""}`;
     return asking.kind === "ask" ? { ...asking, asked: { ...asking.asked, justification } } : asking;
   }
@@ -538,7 +539,7 @@ export class Hooks {
     if (chosen.length === 0) return [];
     this.#invocations ??= host.events.filter((e) => e.payload?.$case === "hookInvoked").length;
     const input = JSON.stringify({
-      session_id: host.sessionId, transcript_path: "", cwd: WORKSPACE, permission_mode: planModeOf(host.events) ? "plan" : "default",
+      session_id: host.sessionId, transcript_path: "", cwd: WORKSPACE, permission_mode: host.state.planMode ? "plan" : "default",
       hook_event_name: event, ...fields,
     });
     const runs = chosen.map((hook) => ({ hook, id: `${event}-${++this.#invocations!}` }));

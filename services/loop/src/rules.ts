@@ -4,10 +4,9 @@ import { open } from "node:fs/promises";
 import { posix } from "node:path";
 import { TackError, type Bus } from "@tack/bus";
 import { WORKSPACE } from "@tack/config";
-import { draft, type Draft, type Projection } from "@tack/log";
+import { draft, type Draft, type Projection, type SessionState } from "@tack/log";
 import { ReadRulesRequest, ReadRulesResponse, Surface_Kind, type Event, type RulesFile } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
-import { sandboxModeOf } from "./approvals.js";
 
 /** Each file reaches the model cut to this many bytes (a note says where the whole file is). */
 export const RULES_CAP_BYTES = 16 * 1024;
@@ -181,6 +180,8 @@ export interface RulesHost {
   readonly tenant: string;
   readonly workspace: string;
   readonly events: readonly Event[];
+  /** The session's state as the log says it now. */
+  readonly state: SessionState;
   readonly projection: Projection;
   readonly append: (...drafts: Draft[]) => Promise<Event[]>;
   readonly log: Logger;
@@ -208,7 +209,7 @@ export class RulesTracker {
   prefetchAhead(host: RulesHost, freshMs: number): void {
     if (this.#turn !== 0 || this.#pending || this.#ahead) return;
     const dirs = touchedDirs(host.events);
-    const ahead = { pending: this.#settled(host, dirs), failed: false, until: Date.now() + freshMs, dirs, sandboxMode: sandboxModeOf(host.events) };
+    const ahead = { pending: this.#settled(host, dirs), failed: false, until: Date.now() + freshMs, dirs, sandboxMode: host.state.sandboxMode };
     void ahead.pending.then((read) => {
       ahead.failed = "error" in read;
     });
@@ -227,7 +228,7 @@ export class RulesTracker {
     // Set before the read: a failed one is tried again at the next turn or new folder, not at every step.
     this.#turn = turn;
     this.#dirs = new Set(dirs);
-    const usable = ahead && !ahead.failed && Date.now() <= ahead.until && ahead.sandboxMode === sandboxModeOf(host.events)
+    const usable = ahead && !ahead.failed && Date.now() <= ahead.until && ahead.sandboxMode === host.state.sandboxMode
       && ahead.dirs.length === dirs.length && ahead.dirs.every((d, i) => d === dirs[i]);
     this.#pending = usable ? ahead.pending : this.#settled(host, dirs);
   }
@@ -266,7 +267,7 @@ export class RulesTracker {
     const operator = await Promise.all(operatorRulesPaths().map((p) => readOperatorFile(p, RULES_CAP_BYTES + 4)));
     const { bus } = host;
     const response = await bus.request(bus.names.toolsRules, ReadRulesRequest, {
-      sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: sandboxModeOf(host.events), dirs,
+      sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: host.state.sandboxMode, dirs,
     }, ReadRulesResponse, { timeoutMs: 60_000 }).catch((error: unknown) => {
       throw TackError.from(error, "loop.rules_unreadable");
     });

@@ -56,16 +56,6 @@ export function pendingPlans(log: (decided: PlanDecided) => Promise<number>): Pe
   });
 }
 
-/** True while the session is in plan mode: the latest `plan/mode`, or an approved plan after it. */
-export function planModeOf(events: readonly Event[]): boolean {
-  for (let i = events.length - 1; i >= 0; i--) {
-    const p = events[i]!.payload;
-    if (p?.$case === "planMode") return p.value.on;
-    if (p?.$case === "planDecided" && p.value.decision === "approve") return false;
-  }
-  return false;
-}
-
 /** Why plan mode refuses `call`, or undefined when it may run: an escalation, or a tool that can write while the sandbox would let it. */
 export function planModeRefusal(call: ToolCall, tool: ToolSpec | undefined, sandboxMode: string): string | undefined {
   if (escalationOf(call, tool)) return SESSION_TOOL_TEXT.planModeEscalation;

@@ -652,7 +652,7 @@ export class SessionRuntime {
 
   #rulesHost(): RulesHost {
     return {
-      bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, events: this.events, projection: this.projection,
+      bus: this.#deps.bus, sessionId: this.sessionId, tenant: this.tenant, workspace: this.meta!.workspace, events: this.events, state: this.state, projection: this.projection,
       append: (...drafts) => this.append(...drafts), log: this.#deps.log,
     };
   }

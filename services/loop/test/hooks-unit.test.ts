@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import type { Bus } from "@tack/bus";
-import { deriveRequest, draft, hookContextText, materialize, now, type Draft } from "@tack/log";
+import { deriveRequest, draft, hookContextText, materialize, now, SessionState, type Draft } from "@tack/log";
 import { CallToolResponse, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type RunHookRequest, type ToolCall } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { listTools } from "@tack/tools-service";
@@ -41,10 +41,11 @@ class FakeSession {
     },
   };
   readonly host: HooksHost = {
-    bus: undefined as unknown as Bus, sessionId: "s1", tenant: "t1", workspace: "/w", events: this.events, log: logger("hooks-test"),
+    bus: undefined as unknown as Bus, sessionId: "s1", tenant: "t1", workspace: "/w", events: this.events, state: new SessionState(), log: logger("hooks-test"),
     append: async (...drafts: Draft[]) => drafts.map((d) => {
       const e = materialize(d, this.events.length + 1, now());
       this.events.push(e);
+      this.host.state.apply(e);
       return e;
     }),
     tools: async () => TOOLS,

@@ -1,7 +1,7 @@
 import { chmodSync, chownSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { draft, materialize, now, type Draft } from "@tack/log";
+import { draft, materialize, now, SessionState, type Draft } from "@tack/log";
 import { CallToolResponse, Surface_Kind, type Event } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { listTools } from "@tack/tools-service";
@@ -13,16 +13,19 @@ import { ToolsOverBus } from "../../tools/test/support/over-bus.js";
 const TOOLS = listTools("standard").filter((t) => ["read", "write", "edit", "bash"].includes(t.name));
 let s: ToolsOverBus;
 let events: Event[];
+let state: SessionState;
 let host: HooksHost;
 
 beforeAll(async () => {
   s = await ToolsOverBus.start({ mode: "standard", sessionId: "hk1" });
   events = [];
+  state = new SessionState();
   host = {
-    bus: s.bus, sessionId: "hk1", tenant: "t1", workspace: s.workspace, events, log: logger("hooks-test"), tools: async () => TOOLS,
+    bus: s.bus, sessionId: "hk1", tenant: "t1", workspace: s.workspace, events, state, log: logger("hooks-test"), tools: async () => TOOLS,
     append: async (...drafts: Draft[]) => drafts.map((d) => {
       const e = materialize(d, events.length + 1, now());
       events.push(e);
+      state.apply(e);
       return e;
     }),
   };
