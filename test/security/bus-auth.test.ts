@@ -10,11 +10,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { Bus, SandboxRpc, TackError } from "@tack/bus";
+import { Bus, SandboxRpc, TackError, ToolsRpc } from "@tack/bus";
 import { BUS_USERS, natsServerAuthorization, readBusCredentials, type BusUser } from "@tack/config";
 import { launch, type Launched } from "@tack/cli";
 import { draft, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
-import { CallToolRequest, CallToolResponse, ExecRequest, ExecResponse } from "@tack/proto";
+import { CallToolRequest, ExecRequest } from "@tack/proto";
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { ensureBusCredentials } from "../../packages/cli/src/bus-credentials.js";
 import { startNatsServer, type LocalNats } from "../../packages/cli/src/nats-server.js";
@@ -121,9 +121,9 @@ describe("bus credentials", () => {
     const watch = [n.sandboxExec, n.toolsCall, n.logSubjects].map((subject) => admin.nc.subscribe(subject, { callback: (_e, m) => void seen.push(m.subject) }));
     await admin.nc.flush();
     try {
-      await expect(gateway.request(n.sandboxExec, ExecRequest, ExecRequest.fromPartial({ sessionId: "sforged", argv: ["id"] }), ExecResponse))
+      await expect(gateway.request(SandboxRpc.Exec, ExecRequest.fromPartial({ sessionId: "sforged", argv: ["id"] })))
         .rejects.toMatchObject({ code: "bus.forbidden", message: expect.stringContaining(`Permissions Violation for Publish to "${n.sandboxExec}"`) });
-      await expect(gateway.request(n.toolsCall, CallToolRequest, CallToolRequest.fromPartial({ sessionId: "sforged" }), CallToolResponse))
+      await expect(gateway.request(ToolsRpc.CallTool, CallToolRequest.fromPartial({ sessionId: "sforged" })))
         .rejects.toMatchObject({ code: "bus.forbidden", details: { subject: n.toolsCall } });
       await expect(jetstream(gateway.nc).publish(logSubject, "forged")).rejects.toThrow(`Permissions Violation for Publish to "${logSubject}"`);
       gateway.nc.publish(logSubject, "forged, no reply");

@@ -246,11 +246,8 @@ export class Bus {
     if (typeof args[0] !== "string") {
       const rpc = args[0] as Rpc<Req, Res>;
       const options = (args[2] ?? {}) as ServeOptions;
-      const subject = rpcSubject(this.names.namespace, rpc);
-      const sub = rpc.streaming
-        ? serveStream(this, rpc as Rpc<Req, Res, true, string>, args[1] as (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>, options)
-        : this.#subscribe(subject, options.queue ?? rpc.queue, rpc.requestType, rpc.responseType, args[1] as (request: Req, context: RequestContext) => Promise<Res>, rpc);
-      return sub;
+      if (isStreaming(rpc)) return serveStream(this, rpc, args[1] as StreamHandler<Req, Res>, options);
+      return this.#subscribe(rpcSubject(this.names.namespace, rpc), options.queue ?? rpc.queue, rpc.requestType, rpc.responseType, args[1] as (request: Req, context: RequestContext) => Promise<Res>, rpc);
     }
     const [subject, queue, requestCodec, responseCodec, handler] = args as [string, string, Codec<Req>, Codec<Res>, (request: Req, context: RequestContext) => Promise<Res>];
     return this.#subscribe(subject, queue, requestCodec, responseCodec, handler, undefined);
@@ -310,6 +307,12 @@ export class Bus {
     for (const sub of this.#subscriptions) sub.unsubscribe();
     if (!this.nc.isClosed()) await this.nc.drain().catch(() => this.nc.close());
   }
+}
+
+type StreamHandler<Req, Res> = (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>;
+
+function isStreaming<Req, Res>(rpc: Rpc<Req, Res>): rpc is Rpc<Req, Res, true, string> {
+  return rpc.streaming;
 }
 
 /** Asks the handler of a request for heartbeats often enough that `silenceMs` covers a few of them. */

@@ -41,7 +41,8 @@ describe("bus descriptors", () => {
     const reply = await client.nc.request(`${client.names.namespace}.llm.check`, new Uint8Array([0x0a, 0xff]), { timeout: 5_000, headers: h });
     expect(BusError.decode(reply.data)).toMatchObject({ code: "bus.bad_request", message: expect.stringContaining("tack.llm.v1.Llm/CheckModel request (tack.llm.v1.CheckModelRequest)") });
     // An older caller (no rpc header) is still served: old and new replicas interoperate.
-    expect(await client.request(`${client.names.namespace}.llm.check`, LlmRpc.CheckModel.requestType, { model: "old" }, LlmRpc.CheckModel.responseType)).toEqual({ provider: "old" });
+    const old = await client.nc.request(`${client.names.namespace}.llm.check`, LlmRpc.CheckModel.requestType.encode({ model: "old" }).finish(), { timeout: 5_000 });
+    expect(LlmRpc.CheckModel.responseType.decode(old.data)).toEqual({ provider: "old" });
   });
 
   it("rpc - a reply that is not the rpc's response is bus.bad_response naming the rpc", async () => {

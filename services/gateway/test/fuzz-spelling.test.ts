@@ -12,8 +12,8 @@ import { connect as h2connect, constants as h2 } from "node:http2";
 import { connect as netConnect } from "node:net";
 import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus } from "@tack/bus";
-import { gatewayV1, WebSearchHealthRequest, WebSearchHealthResponse } from "@tack/proto";
+import { Bus, ToolsRpc } from "@tack/bus";
+import { gatewayV1, WebSearchHealthResponse } from "@tack/proto";
 import { CONTRACT, OPEN_ROUTES, type Gateway } from "@tack/gateway-service";
 import { GatewayStack } from "./real-loop.js";
 import { seededRandom } from "@tack/testkit";
@@ -39,7 +39,7 @@ beforeAll(async () => {
   gateway = stack.gateway;
   // The tools service's web search health: the route the report reached without a key.
   responder = await Bus.connect({ url: process.env.NATS_URL ?? "nats://127.0.0.1:4222", namespace: stack.namespace, name: "fuzz-spelling-tools" });
-  responder.serve(responder.names.toolsWebHealth, "tools", WebSearchHealthRequest, WebSearchHealthResponse, async () => WebSearchHealthResponse.fromPartial({ selected: "brave", providers: [] }));
+  responder.serve(ToolsRpc.WebSearchHealth, async () => WebSearchHealthResponse.fromPartial({ selected: "brave", providers: [] }));
   await responder.nc.flush();
   const created = await fetch(`${gateway.url}/v1/sessions`, {
     method: "POST", headers: { authorization: `Bearer ${KEY_ACME}`, "content-type": "application/json" }, body: JSON.stringify({ workspace: stack.workspace, model: stack.loop.model }),

@@ -6,15 +6,12 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Bus, type RequestContext } from "@tack/bus";
+import { Bus, LoopRpc, type RequestContext, SandboxRpc, SkillsRpc, ToolsRpc } from "@tack/bus";
 import { compileOperatorConfig } from "@tack/config";
 import { startGateway, type Gateway } from "@tack/gateway-service";
 import { ensureLogStream, readAll } from "@tack/log";
 import { removeNamespace } from "@tack/testkit";
-import {
-  CallToolRequest, CallToolResponse, ListProcessesRequest, ReadHooksConfigRequest, ReadHooksConfigResponse, SkillCatalogRequest, SkillCatalogResponse, ListProcessesResponse, ListToolsRequest, ListToolsResponse, ReadRulesRequest, ReadRulesResponse,
-  SubmitMessageRequest, SubmitMessageResponse,
-} from "@tack/proto";
+import { CallToolResponse, ListProcessesResponse } from "@tack/proto";
 import { startLlmService, type LlmService } from "@tack/llm-service";
 import { startLoopService, type LoopService } from "@tack/loop-service";
 import { listTools } from "@tack/tools-service";
@@ -97,12 +94,12 @@ export class RealLoop {
     const loop = await startLoopService({ natsUrl: url, namespace, leaseTtlMs: 1_000, prewarmSandbox: false, approvalTimeoutMs: 60_000 });
     const real = new RealLoop(bus, loop, llm, dir);
     recorders.set(namespace, real.subjects);
-    bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async (req) => ({ tools: listTools(req.mode, req.defined) }));
-    bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => CallToolResponse.fromPartial({ content: `ran ${req.name}`, durationMs: 1 }));
-    bus.serve(bus.names.toolsRules, "tools", ReadRulesRequest, ReadRulesResponse, async () => ({ files: [] }));
-    bus.serve(bus.names.toolsHookConfig, "tools", ReadHooksConfigRequest, ReadHooksConfigResponse, async () => ({ files: [] }));
-    bus.serve(bus.names.skillsCatalog, "skills", SkillCatalogRequest, SkillCatalogResponse, async () => ({ entries: [], digest: "", warnings: [] }));
-    bus.serve(bus.names.sandboxProcesses, "sandbox", ListProcessesRequest, ListProcessesResponse, async () => ListProcessesResponse.fromPartial({ processes: real.processes }));
+    bus.serve(ToolsRpc.ListTools, async (req) => ({ tools: listTools(req.mode, req.defined) }));
+    bus.serve(ToolsRpc.CallTool, async (req) => CallToolResponse.fromPartial({ content: `ran ${req.name}`, durationMs: 1 }));
+    bus.serve(ToolsRpc.ReadRules, async () => ({ files: [] }));
+    bus.serve(ToolsRpc.ReadHooksConfig, async () => ({ files: [] }));
+    bus.serve(SkillsRpc.Catalog, async () => ({ entries: [], digest: "", warnings: [] }));
+    bus.serve(SandboxRpc.ListProcesses, async () => ListProcessesResponse.fromPartial({ processes: real.processes }));
     await bus.nc.flush();
     return real;
   }
@@ -129,7 +126,7 @@ export class RealLoop {
    * the call id (`call_0_0`).
    */
   async ask(tenant: string, sessionId: string): Promise<string> {
-    await this.#bus.request(this.#bus.names.loopSubmit, SubmitMessageRequest, { tenant, sessionId, text: "please write" }, SubmitMessageResponse);
+    await this.#bus.request(LoopRpc.SubmitMessage, { tenant, sessionId, text: "please write" });
     await this.asked(tenant, sessionId);
     return "call_0_0";
   }

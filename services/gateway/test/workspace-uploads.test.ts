@@ -9,10 +9,10 @@ import { mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync } from "node:
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus } from "@tack/bus";
+import { Bus, WorkspacesRpc } from "@tack/bus";
 import { compileOperatorConfig } from "@tack/config";
 import { ensureLogStream } from "@tack/log";
-import { CreateWorkspaceRequest, CreateWorkspaceResponse, DeleteWorkspaceRequest, DeleteWorkspaceResponse } from "@tack/proto";
+import { CreateWorkspaceRequest, DeleteWorkspaceRequest } from "@tack/proto";
 import { removeNamespace } from "@tack/testkit";
 import { startGateway, type Gateway } from "@tack/gateway-service";
 import { ManagedWorkspaces } from "../../sandbox/src/workspaces.js";
@@ -88,8 +88,8 @@ beforeAll(async () => {
   // The sandbox service's side of workspace creation, as service.ts serves it.
   const workspaces = await ManagedWorkspaces.open(bus, operator);
   subscriptions = [
-    bus.serve(bus.names.workspaceCreate, "sandbox", CreateWorkspaceRequest, CreateWorkspaceResponse, (request: CreateWorkspaceRequest) => workspaces.create(request)),
-    bus.serve(bus.names.workspaceDelete, "sandbox", DeleteWorkspaceRequest, DeleteWorkspaceResponse, (request: DeleteWorkspaceRequest) => workspaces.delete(request)),
+    bus.serve(WorkspacesRpc.CreateWorkspace, (request: CreateWorkspaceRequest) => workspaces.create(request)),
+    bus.serve(WorkspacesRpc.DeleteWorkspace, (request: DeleteWorkspaceRequest) => workspaces.delete(request)),
   ];
   gateway = await startGateway({
     natsUrl: NATS_URL, namespace, port: 0, sqlitePath: join(dir, "index.db"), operator,

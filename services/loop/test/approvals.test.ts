@@ -4,12 +4,9 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor as waitForValue } from "@tack/testkit";
-import { Bus, serveStream, TackError } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, TackError, ToolsRpc } from "@tack/bus";
 import { ensureLogStream, readAll, timestampMs } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
-  DecideApprovalRequest, DecideApprovalResponse, ListToolsRequest, ListToolsResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
-} from "@tack/proto";
+import { CallToolResponse, CreateSessionRequest, DecideApprovalResponse, Role, type Event, type ToolCall } from "@tack/proto";
 import { APPROVAL_TEXT, startLoopService, type LoopOptions, type LoopService } from "@tack/loop-service";
 
 // The loop's side of escalation against real NATS JetStream; the model and the tools are
@@ -29,7 +26,7 @@ let ran: Array<{ callId: string; command: unknown; mode: string }> = [];
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "approvals-test" });
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     const toolCalls: ToolCall[] = (replies[n] ?? []).map((c, i) => ({ id: `call_${n}_${i}`, name: c.name, arguments: JSON.stringify(c.args) }));
     w.send({ index: 0, body: { $case: "done", value: {
@@ -37,15 +34,15 @@ beforeAll(async () => {
       usage: undefined, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
   // What each can be denied and its operation argument come from the tools service, as here.
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ({
+  bus.serve(ToolsRpc.ListTools, async () => ({
     tools: [
       { name: "bash", description: "bash", parametersJson: "{}", deniable: ["writes", "network"], operationArgument: "command", handler: "" },
       { name: "write", description: "write", parametersJson: "{}", deniable: ["writes"], operationArgument: "", handler: "" },
     ],
   }));
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
+  bus.serve(ToolsRpc.CallTool, async (req) => {
     const args = JSON.parse(req.arguments) as Record<string, unknown>;
     ran.push({ callId: req.callId, command: args.command ?? args.path, mode: req.sandboxMode });
     return CallToolResponse.fromPartial({ content: `ran in ${req.sandboxMode}`, isError: false, durationMs: 1 });
@@ -72,24 +69,24 @@ async function startLoop(options: Partial<LoopOptions> = {}): Promise<LoopServic
 }
 
 async function session(sandboxMode: string, approvalPolicy = "ask"): Promise<string> {
-  const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
+  const created = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({
     tenant: "local", model: "scripted:test", workspace, sandboxMode, approvalPolicy,
-  }), CreateSessionResponse);
+  }));
   return created.sessionId;
 }
 
 async function submit(sessionId: string, text = "go"): Promise<void> {
-  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
+  await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text });
 }
 
 /** Sends a decision the way the gateway does: to the owner, or to any loop when none owns the session. */
 async function decide(sessionId: string, callId: string, decision: string): Promise<DecideApprovalResponse> {
   const request = { tenant: "local", sessionId, callId, decision, decidedBy: "tester" };
   try {
-    return await bus.request(bus.names.loopSessionDecide(sessionId), DecideApprovalRequest, request, DecideApprovalResponse, { timeoutMs: 10_000 });
+    return await bus.request(LoopRpc.DecideApproval.at({ session: sessionId }), request, { timeoutMs: 10_000 });
   } catch (error) {
     if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
-    return bus.request(bus.names.loopDecide, DecideApprovalRequest, request, DecideApprovalResponse, { timeoutMs: 10_000 });
+    return bus.request(LoopRpc.DecideApproval, request, { timeoutMs: 10_000 });
   }
 }
 

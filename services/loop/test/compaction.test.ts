@@ -3,13 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Bus, serveStream } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, SandboxRpc, ToolsRpc } from "@tack/bus";
 import { deriveRequest, Projection, pruneText, readAll, SpillBucket } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompactSessionRequest, CompactSessionResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest,
-  CreateSessionResponse, Delta_Kind, EnsureSandboxRequest, EnsureSandboxResponse, ExecRequest, ExecResponse, Role, SubmitMessageRequest,
-  SubmitMessageResponse, Surface_Kind, type Event, type Usage,
-} from "@tack/proto";
+import { CallToolRequest, ChatMessage, CompleteRequest, CreateSessionRequest, Delta_Kind, ExecResponse, Role, Surface_Kind, type Event, type Usage } from "@tack/proto";
 import { startLoopService, SUMMARY_HEADING, SUMMARY_INSTRUCTION, type LoopOptions, type LoopService } from "@tack/loop-service";
 import { listTools, startToolsService, type ToolsService } from "@tack/tools-service";
 import type { Logger } from "@tack/telemetry";
@@ -52,7 +48,7 @@ const emit = (id: string, bytes: number, label: string) => ({ id, name: "bash", 
 
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "compaction-test" });
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     requests.push(req);
     await llmGate;
     const reply = isSummary(req) ? summaryReply(requests.filter(isSummary).length - 1) : stepReply(requests.filter((r) => !isSummary(r)).length - 1);
@@ -64,9 +60,9 @@ beforeAll(async () => {
       usage: reply.usage, model: reply.model ?? "scripted", costUsd: reply.costUsd ?? 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, async () => ({ containerId: "scripted", created: false, runtime: "scripted" }));
-  bus.serve(bus.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, async (req) => {
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(SandboxRpc.EnsureSandbox, async () => ({ containerId: "scripted", created: false, runtime: "scripted" }));
+  bus.serve(SandboxRpc.Exec, async (req) => {
     const m = /^emit (\d+) (\w+)$/.exec(req.argv[2] ?? "");
     if (!m) return ExecResponse.fromPartial({ exitCode: 127, stderr: Buffer.from(`unknown command ${req.argv.join(" ")}`) });
     return ExecResponse.fromPartial({ exitCode: 0, stdout: Buffer.from(emitted(Number(m[1]), m[2]!)) });
@@ -89,8 +85,8 @@ afterAll(async () => {
 /** Starts a loop with `options`, runs one turn of a new session on `text`, and returns the session's log. */
 async function runTurn(options: Partial<LoopOptions>, text: string, mode = "standard"): Promise<{ sessionId: string; events: Event[] }> {
   loop = await startLoopService({ natsUrl: NATS_URL, namespace, ...options });
-  const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace, mode }), CreateSessionResponse);
-  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
+  const { sessionId } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace, mode }));
+  await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text });
   const events = await waitFor("turn/end", async () => {
     const all = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
     return all.some((e) => e.type === "turn/end") && all;
@@ -112,7 +108,7 @@ describe("compaction", () => {
     for (const mode of ["standard", "minimal"]) {
       requests = [];
       const { sessionId } = await runTurn({ contextWindowTokens: 8_000, pruneAt: 0.5, summarizeAt: 0.5 }, text, mode);
-      await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "and now?" }, SubmitMessageResponse);
+      await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text: "and now?" });
       const events = await waitFor("the second turn's end", async () => {
         const all = await readAll(bus.nc, bus.names, { tenant: "local", sessionId });
         return all.filter((e) => e.type === "turn/end").length === 2 && all;
@@ -153,9 +149,9 @@ describe("compaction", () => {
     expect(read).toMatchObject({ callId: "read_1", isError: false, content: `${line(1000)}\n${line(1001)}\n${line(1002)}\n\n(showing lines 1000-1002 of 1201; read more with offset=1003)` });
     // Another session, or the same session id under another tenant, cannot read it.
     for (const address of [{ tenant: "local", sessionId: "someoneelse" }, { tenant: "other", sessionId }]) {
-      const response = await bus.request(bus.names.toolsCall, CallToolRequest, CallToolRequest.fromPartial({
+      const response = await bus.request(ToolsRpc.CallTool, CallToolRequest.fromPartial({
         ...address, callId: "c", name: "read", arguments: JSON.stringify({ path: "tack-spill:big_1" }), workspace, sandboxMode: "workspace-write",
-      }), CallToolResponse);
+      }));
       expect(response).toMatchObject({ isError: true, content: expect.stringMatching(/^No spilled result tack-spill:big_1 in this session/) });
     }
   });
@@ -258,7 +254,7 @@ describe("compaction asked for", () => {
     stepReply = () => ({ content: "done" });
     summaryReply = () => ({ content: "SUMMARY of the work", costUsd: 0.002, model: "scripted-summary" });
     const { sessionId, events } = await runTurn({}, `first task ${"with details ".repeat(50)}`);
-    const compact = (instructions = "") => bus.request(bus.names.loopCompact, CompactSessionRequest, { tenant: "local", sessionId, compactedBy: "test", instructions }, CompactSessionResponse);
+    const compact = (instructions = "") => bus.request(LoopRpc.CompactSession, { tenant: "local", sessionId, compactedBy: "test", instructions });
     const view = deriveRequest(events).messages;
     const projection = new Projection();
     for (const e of events) projection.apply(e);
@@ -284,7 +280,7 @@ describe("compaction asked for", () => {
     // A turn holds the session: the compaction is refused, and the turn goes on.
     let open!: () => void;
     llmGate = new Promise((resolve) => (open = resolve));
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "next" }, SubmitMessageResponse);
+    await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text: "next" });
     const refused = await compact().then(() => undefined, (error: unknown) => error as { code: string; message: string; retryable: boolean });
     expect(refused).toMatchObject({ code: "loop.compact_busy", retryable: true, message: expect.stringContaining("wait for the turn to end or cancel it") });
     open();

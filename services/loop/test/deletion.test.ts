@@ -6,13 +6,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { removeNamespace, waitFor } from "@tack/testkit";
-import { Bus, serveStream, TackError } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, SandboxRpc, TackError, ToolsRpc } from "@tack/bus";
 import { ensureLogStream, readAll, SpillBucket } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
-  DeleteSessionRequest, DeleteSessionResponse, ListToolsRequest, ListToolsResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, Role, SubmitMessageRequest,
-  SubmitMessageResponse, type ToolCall,
-} from "@tack/proto";
+import { CallToolResponse, CreateSessionRequest, DeleteSessionResponse, ListToolsResponse, ReleaseSandboxRequest, Role, type ToolCall } from "@tack/proto";
 import { startLoopService, type LoopService } from "@tack/loop-service";
 
 // The loop's side of deleting a session, against real NATS JetStream; the model, the tools and
@@ -32,7 +28,7 @@ beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "loop-deletion-test" });
   jsm = await jetstreamManager(bus.nc);
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     llmCalls++;
     await gate;
     const first = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length === 0;
@@ -42,11 +38,11 @@ beforeAll(async () => {
       usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ListToolsResponse.fromPartial({ tools: [{ name: "bash", description: "run", parametersJson: "{}" }] }));
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(ToolsRpc.ListTools, async () => ListToolsResponse.fromPartial({ tools: [{ name: "bash", description: "run", parametersJson: "{}" }] }));
   // Over the loop's spill threshold below, so the result goes to the object store.
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async () => CallToolResponse.fromPartial({ content: "x".repeat(5_000), isError: false, durationMs: 1 }));
-  bus.serve(bus.names.sandboxRelease, "sandbox", ReleaseSandboxRequest, ReleaseSandboxResponse, async (req) => {
+  bus.serve(ToolsRpc.CallTool, async () => CallToolResponse.fromPartial({ content: "x".repeat(5_000), isError: false, durationMs: 1 }));
+  bus.serve(SandboxRpc.ReleaseSandbox, async (req) => {
     released.push(req);
     return { removed: true };
   });
@@ -71,11 +67,11 @@ async function startLoop(options: { logMaxBytes?: number; logMaxAgeDays?: number
 }
 
 async function create(): Promise<string> {
-  return (await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: TENANT, model: "scripted:test", workspace }), CreateSessionResponse)).sessionId;
+  return (await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: TENANT, model: "scripted:test", workspace }))).sessionId;
 }
 
 async function submit(sessionId: string): Promise<void> {
-  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: TENANT, sessionId, text: "go" }, SubmitMessageResponse);
+  await bus.request(LoopRpc.SubmitMessage, { tenant: TENANT, sessionId, text: "go" });
 }
 
 async function waitForLog(sessionId: string, type: string): Promise<void> {
@@ -83,8 +79,8 @@ async function waitForLog(sessionId: string, type: string): Promise<void> {
     (await readAll(bus.nc, bus.names, { tenant: TENANT, sessionId })).some((e) => e.type === type), { timeoutMs: 15_000, intervalMs: 50 });
 }
 
-function deleteSession(sessionId: string, subject = bus.names.loopDelete): Promise<DeleteSessionResponse> {
-  return bus.request(subject, DeleteSessionRequest, { tenant: TENANT, sessionId, deletedBy: "key:test" }, DeleteSessionResponse, { timeoutMs: 30_000 });
+function deleteSession(sessionId: string, owner = false): Promise<DeleteSessionResponse> {
+  return bus.request(owner ? LoopRpc.DeleteSession.at({ session: sessionId }) : LoopRpc.DeleteSession, { tenant: TENANT, sessionId, deletedBy: "key:test" }, { timeoutMs: 30_000 });
 }
 
 async function logMessages(sessionId: string): Promise<number> {
@@ -133,7 +129,7 @@ describe("loop deletion", () => {
     await submit(id);
     await waitForLog(id, "step/start");
     const before = await logMessages(id);
-    expect((await refusal(deleteSession(id, bus.names.loopSessionDelete(id)))).code).toBe("loop.busy");
+    expect((await refusal(deleteSession(id, true))).code).toBe("loop.busy");
     // A second replica has no runtime of the session: it waits for the owner's lease, which is renewed.
     const other = await startLoop();
     expect(other.session(id, TENANT)).toBeUndefined();

@@ -5,12 +5,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Bus, discoverMicro, serveStream, TackError } from "@tack/bus";
+import { Bus, discoverMicro, LlmRpc, LoopRpc, SandboxRpc, TackError } from "@tack/bus";
 import { ensureLogStream, readAll } from "@tack/log";
-import {
-  CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, Delta_Kind, EstimateCostRequest,
-  EstimateCostResponse, ListProcessesRequest, ListProcessesResponse, ReleaseSandboxRequest, ReleaseSandboxResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
-} from "@tack/proto";
+import { CreateSessionRequest, Delta_Kind, Role, type Event, type ToolCall } from "@tack/proto";
 import { removeNamespace, waitFor } from "@tack/testkit";
 import { startSandboxService, type SandboxService } from "@tack/sandbox-service";
 import { startLoopService, type LoopService } from "@tack/loop-service";
@@ -32,14 +29,14 @@ let script: Reply[] = [];
 
 async function startLlm(): Promise<Bus> {
   const b = await Bus.connect({ url: NATS_URL, namespace, name: "durable-llm" });
-  serveStream(b, b.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  b.serve(LlmRpc.Complete, async (req, w) => {
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     const reply = script[n] ?? { content: "done" };
     const toolCalls: ToolCall[] = (reply.calls ?? []).map((c, i) => ({ id: `call_${n}_${i}`, name: c.name, arguments: JSON.stringify(c.args) }));
     w.send({ index: 0, body: { $case: "done", value: { content: reply.content ?? "", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: 0, priceWindow: "" } } });
   });
-  b.serve(b.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async () => ({ costUsd: 0, priceWindow: "standard" }));
-  b.serve(b.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async (req) => {
+  b.serve(LlmRpc.EstimateCost, async () => ({ costUsd: 0, priceWindow: "standard" }));
+  b.serve(LlmRpc.CheckModel, async (req) => {
     if (!req.model.startsWith("scripted:")) throw new TackError("llm.unknown_model", `unknown model ${req.model}`);
     return { provider: "scripted" };
   });
@@ -90,11 +87,11 @@ afterAll(async () => {
 }, 60_000);
 
 async function create(): Promise<string> {
-  const r = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace }), CreateSessionResponse);
+  const r = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace }));
   return r.sessionId;
 }
 
-const submit = (sessionId: string, text: string) => bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
+const submit = (sessionId: string, text: string) => bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text });
 const events = (sessionId: string) => readAll(bus.nc, bus.names, { tenant: "local", sessionId });
 const ofType = (list: Event[], type: string) => list.filter((e) => e.type === type);
 const turnEnded = (sessionId: string) => waitFor("turn/end", async () => {
@@ -162,9 +159,9 @@ describe("durable dispatch", () => {
     script = [{ calls: [{ name: "bash", args: { command: "echo one" } }] }, { content: "ok" }, { calls: [{ name: "bash", args: { command: "echo two" } }] }, { content: "ok" }];
     await submit(id, "first");
     await turnEnded(id);
-    const released = await bus.request(bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId: id, mode: "" }, ReleaseSandboxResponse, { timeoutMs: 60_000 });
+    const released = await bus.request(SandboxRpc.ReleaseSandbox, { sessionId: id, mode: "" }, { timeoutMs: 60_000 });
     expect(released.removed).toBe(true);
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId: id, text: "second" }, SubmitMessageResponse);
+    await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId: id, text: "second" });
     const list = await waitFor("the second turn/end", async () => {
       const all = await events(id);
       return ofType(all, "turn/end").length === 2 && all;
@@ -178,7 +175,7 @@ describe("durable dispatch", () => {
     const id = await create();
     // The sandbox service lists the processes of a running container only.
     const listing = await waitFor("the session's container to run", () =>
-      bus.request(bus.names.sandboxProcesses, ListProcessesRequest, { sessionId: id, mode: "" }, ListProcessesResponse, { timeoutMs: 10_000 }), { timeoutMs: 60_000, intervalMs: 100 });
+      bus.request(SandboxRpc.ListProcesses, { sessionId: id, mode: "" }, { timeoutMs: 10_000 }), { timeoutMs: 60_000, intervalMs: 100 });
     expect(listing.processes).toEqual([]);
     expect(ofType(await events(id), "user/message")).toHaveLength(0);
   }, 90_000);
@@ -192,7 +189,7 @@ describe("durable dispatch", () => {
     const dying = await Bus.connect({ url: NATS_URL, namespace, name: "durable-llm-dying" });
     let died!: () => void;
     const dead = new Promise<void>((resolve) => { died = resolve; });
-    serveStream(dying, dying.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (_req, w) => {
+    dying.serve(LlmRpc.Complete, async (_req, w) => {
       w.send({ index: 0, body: { $case: "delta", value: { kind: Delta_Kind.KIND_TEXT, text: "half an ans", toolIndex: 0, toolCallId: "", toolName: "" } } });
       await dying.nc.flush();
       void dying.nc.close().then(died);

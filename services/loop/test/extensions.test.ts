@@ -4,13 +4,9 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor as waitForValue } from "@tack/testkit";
-import { Bus, serveStream, TackError } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, McpRpc, TackError, ToolsRpc } from "@tack/bus";
 import { ensureLogStream, isCase, readAll, skillsCatalogText, type EventOf } from "@tack/log";
-import {
-  CallMcpToolRequest, CallMcpToolResponse, CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage,
-  CreateSessionRequest, CreateSessionResponse, DecideApprovalRequest, DecideApprovalResponse, Event, ListMcpToolsRequest, ListMcpToolsResponse, ListToolsRequest,
-  ListToolsResponse, ReadRulesRequest, ReadRulesResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type ToolCall,
-} from "@tack/proto";
+import { CallMcpToolRequest, CallToolRequest, CallToolResponse, ChatMessage, CompleteRequest, CreateSessionRequest, Event, ListMcpToolsResponse, Role, SubmitMessageResponse, type ToolCall } from "@tack/proto";
 import { listTools } from "@tack/tools-service";
 import { startSkillsService, type SkillsService } from "@tack/skills-service";
 import { startLoopService, type LoopService } from "@tack/loop-service";
@@ -47,7 +43,7 @@ beforeAll(async () => {
   home = mkdtempSync(join(tmpdir(), "tack-ext-home-"));
   // A long debounce: a catalog that changes at once after a write shows the loop's invalidate did it, not the watcher.
   skills = await startSkillsService({ natsUrl: NATS_URL, namespace, home, operatorRoots: [], debounceMs: 60_000 });
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     requests.push(req);
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     const calls: ToolCall[] = (replies[n] ?? []).map((c, i) => ({ id: `call_${n}_${i}`, name: c.name, arguments: JSON.stringify(c.args) }));
@@ -56,15 +52,15 @@ beforeAll(async () => {
       usage: undefined, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async (req) => ({ tools: listTools(req.mode, req.defined) }));
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(ToolsRpc.ListTools, async (req) => ({ tools: listTools(req.mode, req.defined) }));
+  bus.serve(ToolsRpc.CallTool, async (req) => {
     toolCalls.push(req);
     if (req.name === "write") onWrite?.(req);
     return CallToolResponse.fromPartial({ content: `ran ${req.name}`, durationMs: 1 });
   });
-  bus.serve(bus.names.toolsRules, "tools", ReadRulesRequest, ReadRulesResponse, async () => ({ files: [] }));
-  bus.serve(bus.names.mcpList, "mcp", ListMcpToolsRequest, ListMcpToolsResponse, async () => ListMcpToolsResponse.fromPartial({
+  bus.serve(ToolsRpc.ReadRules, async () => ({ files: [] }));
+  bus.serve(McpRpc.ListTools, async () => ListMcpToolsResponse.fromPartial({
     tools: MCP_TOOLS,
     servers: [
       { name: "kb", state: "ready", error: "", tools: ["mcp__kb__search"], warnings: [], source: "user:~/.tack/mcp.json", transport: "stdio" },
@@ -72,7 +68,7 @@ beforeAll(async () => {
       { name: "broken", state: "failed", error: "exited at start with code 1", tools: [], warnings: [], source: "workspace:.mcp.json", transport: "stdio" },
     ],
   }));
-  bus.serve(bus.names.mcpCall, "mcp", CallMcpToolRequest, CallMcpToolResponse, async (req) => {
+  bus.serve(McpRpc.CallTool, async (req) => {
     mcpCalls.push(req);
     return { content: `found for ${req.argumentsJson}\n[image: image/png, 3 KB]`, isError: false, rawJson: '{"content":[{"type":"text","text":"found"},{"type":"image","mimeType":"image/png","data":"AAAA"}]}', durationMs: 2, server: req.publicName.split("__")[1]!, tool: req.publicName.split("__")[2]! };
   });
@@ -107,14 +103,14 @@ async function session(files: Record<string, string>, options: { mode?: string; 
     writeFileSync(join(workspace, path), content);
   }
   loops.push(await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs: 1_000, prewarmSandbox: false, approvalTimeoutMs: 20_000 }));
-  const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
+  const created = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({
     tenant: "local", model: "scripted:test", workspace, sandboxMode: "workspace-write", mode: options.mode ?? "", approvalPolicy: options.approvalPolicy ?? "",
-  }), CreateSessionResponse);
+  }));
   return { id: created.sessionId, workspace };
 }
 
 function submit(sessionId: string, text = "go"): Promise<SubmitMessageResponse> {
-  return bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
+  return bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text });
 }
 
 function turnsEnded(sessionId: string, count: number): Promise<Event[]> {
@@ -245,13 +241,13 @@ describe("skills and MCP tools in the loop", () => {
     }, { timeoutMs: 15_000, intervalMs: 30 });
     expect(asked.payload.value).toMatchObject({ callId: "call_0_0", toolName: "mcp__deploy__ship", operation: 'mcp__deploy__ship {"env":"staging"}', kind: "tool", requestedMode: "" });
     expect(mcpCalls).toHaveLength(0);
-    await bus.request(bus.names.loopSessionDecide(id), DecideApprovalRequest, { tenant: "local", sessionId: id, callId: "call_0_0", decision: "allow_once", decidedBy: "tester" }, DecideApprovalResponse);
+    await bus.request(LoopRpc.DecideApproval.at({ session: id }), { tenant: "local", sessionId: id, callId: "call_0_0", decision: "allow_once", decidedBy: "tester" });
     // The second call asks again (per call), then is rejected.
     await waitForValue("second approval/asked", async () => {
       const events = await readAll(bus.nc, bus.names, { tenant: "local", sessionId: id });
       return of(events, "approvalAsked").length === 2;
     }, { timeoutMs: 15_000, intervalMs: 30 });
-    await bus.request(bus.names.loopSessionDecide(id), DecideApprovalRequest, { tenant: "local", sessionId: id, callId: "call_1_0", decision: "reject", decidedBy: "tester" }, DecideApprovalResponse);
+    await bus.request(LoopRpc.DecideApproval.at({ session: id }), { tenant: "local", sessionId: id, callId: "call_1_0", decision: "reject", decidedBy: "tester" });
     const events = await turnsEnded(id, 1);
     expect(mcpCalls.map((c) => c.argumentsJson)).toEqual(['{"env":"staging"}']);
     expect(resultOf(events, "call_0_0")!.content).toMatch(/^Approved once by the user: this call ran\.\nfound for/);

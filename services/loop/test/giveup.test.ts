@@ -5,12 +5,9 @@ import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { removeNamespace, waitFor } from "@tack/testkit";
-import { Bus, serveStream, TackError } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, TackError, ToolsRpc } from "@tack/bus";
 import { draft, ensureLogStream, readAll, SessionLogWriter } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
-  EstimateCostRequest, EstimateCostResponse, ListToolsRequest, ListToolsResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
-} from "@tack/proto";
+import { CallToolResponse, CreateSessionRequest, ListToolsResponse, Role, type Event, type ToolCall } from "@tack/proto";
 import { Leases, RECOVERY_TEXT, startLoopService, type LoopService } from "@tack/loop-service";
 
 // A loop that gives a session up mid-turn (its log writer found another writer's event, or its
@@ -28,18 +25,18 @@ let gate: Promise<void> = Promise.resolve();
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "giveup-test" });
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     const toolCalls: ToolCall[] = n === 0 ? [{ id: "call_0_0", name: "bash", arguments: "{}" }] : [];
     w.send({ index: 0, body: { $case: "done", value: { content: n === 0 ? "" : "Done.", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: 0, priceWindow: "" } } });
   });
-  bus.serve(bus.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async () => ({ costUsd: 0, priceWindow: "standard" }));
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async (req) => {
+  bus.serve(LlmRpc.EstimateCost, async () => ({ costUsd: 0, priceWindow: "standard" }));
+  bus.serve(LlmRpc.CheckModel, async (req) => {
     if (!req.model.startsWith("scripted:")) throw new TackError("llm.unknown_model", `unknown model ${req.model}`);
     return { provider: "scripted" };
   });
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ListToolsResponse.fromPartial({ tools: [{ name: "bash", description: "run", parametersJson: "{}" }] }));
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async () => {
+  bus.serve(ToolsRpc.ListTools, async () => ListToolsResponse.fromPartial({ tools: [{ name: "bash", description: "run", parametersJson: "{}" }] }));
+  bus.serve(ToolsRpc.CallTool, async () => {
     await gate;
     return CallToolResponse.fromPartial({ content: "ran", isError: false, durationMs: 1 });
   });
@@ -61,8 +58,8 @@ describe("giving a session up", () => {
   it("giveup - a loop whose writer meets another writer mid-turn leaves the lease to expire, and the session is taken over and its turn finished", async () => {
     loop = await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs: 1_000 });
     gate = new Promise((resolve) => { openGate = resolve; });
-    const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace }), CreateSessionResponse);
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "go" }, SubmitMessageResponse);
+    const { sessionId } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace }));
+    await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text: "go" });
     const log = () => readAll(bus.nc, bus.names, { tenant: "local", sessionId });
     await waitFor("the tool call", async () => (await log()).some((e) => e.type === "tool/call"), { timeoutMs: 10_000, intervalMs: 20 });
     // Another writer gets an event in while the call runs: the loop's next append (the result) is refused and it gives the session up.

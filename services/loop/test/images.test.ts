@@ -3,12 +3,9 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus, serveStream } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, SandboxRpc } from "@tack/bus";
 import { deriveRequest, readAll, SpillBucket } from "@tack/log";
-import {
-  CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
-  EnsureSandboxRequest, EnsureSandboxResponse, Event, ExecRequest, ExecResponse, ImageRef, Role, SubmitMessageRequest, SubmitMessageResponse,
-} from "@tack/proto";
+import { CompleteRequest, CreateSessionRequest, Event, ExecResponse, ImageRef, Role } from "@tack/proto";
 import { startLoopService, type LoopService } from "@tack/loop-service";
 import { startToolsService, type ToolsService } from "@tack/tools-service";
 import { removeNamespace, waitFor } from "@tack/testkit";
@@ -30,7 +27,7 @@ const requests: CompleteRequest[] = [];
 
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "images-test" });
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     requests.push(req);
     const toolCalls = requests.length === 1 ? [{ id: "img_1", name: "read", arguments: JSON.stringify({ path: "shot.png" }) }] : [];
     w.send({ index: 0, body: { $case: "done", value: {
@@ -38,9 +35,9 @@ beforeAll(async () => {
       usage: undefined, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, async () => ({ containerId: "scripted", created: false, runtime: "scripted" }));
-  bus.serve(bus.names.sandboxExec, "sandbox", ExecRequest, ExecResponse, async (req) => {
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(SandboxRpc.EnsureSandbox, async () => ({ containerId: "scripted", created: false, runtime: "scripted" }));
+  bus.serve(SandboxRpc.Exec, async (req) => {
     if (req.argv[3] !== "read" || req.argv[4] !== "shot.png") {
       return ExecResponse.fromPartial({ exitCode: 127, stderr: Buffer.from(`unexpected command ${req.argv.join(" ")}`) });
     }
@@ -59,8 +56,8 @@ afterAll(async () => {
 
 describe("images", () => {
   it("images - read of a PNG: the bytes go to the spill bucket, tool/result and the next request carry a reference, never the bytes", async () => {
-    const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace }), CreateSessionResponse);
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "what is in shot.png?" }, SubmitMessageResponse);
+    const { sessionId } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace }));
+    await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text: "what is in shot.png?" });
     const address = { tenant: "local", sessionId };
     const events = await waitFor("turn/end", async () => {
       const all = await readAll(bus.nc, bus.names, address);

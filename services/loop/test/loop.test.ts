@@ -4,12 +4,9 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor } from "@tack/testkit";
-import { Bus, serveStream, TackError } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, TackError, ToolsRpc } from "@tack/bus";
 import { draft, ensureLogStream, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, CheckModelRequest, CheckModelResponse, CompleteRequest, EstimateCostRequest, EstimateCostResponse, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, Delta_Kind,
-  ListToolsRequest, ListToolsResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
-} from "@tack/proto";
+import { CallToolResponse, CreateSessionRequest, Delta_Kind, ListToolsResponse, Role, SubmitMessageResponse, type Event, type ToolCall } from "@tack/proto";
 import { Leases, RECOVERY_TEXT, startLoopService, type LoopService } from "@tack/loop-service";
 
 // These tests drive the real loop against real NATS JetStream; the model and the tools are
@@ -33,7 +30,7 @@ let tools = [{ name: "bash", description: "run", parametersJson: "{}" }];
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "loop-test" });
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     llmCalls++;
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     const reply = script[n] ?? { content: "done" };
@@ -48,13 +45,13 @@ beforeAll(async () => {
     w.send({ index, body: { $case: "done", value: { content: reply.content ?? "", reasoningContent: "", toolCalls, finishReason: toolCalls.length ? "tool_calls" : "stop", usage: { inputMissTokens: 10, inputHitTokens: 0, outputTokens: 2, reasoningTokens: 0 }, model: "scripted", costUsd: reply.cost ?? 0, priceWindow: reply.cost ? "standard" : "" } } });
   });
   // One millionth of a dollar per token, input and output alike.
-  bus.serve(bus.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async (req) => ({ costUsd: (req.inputTokens + req.outputTokens) * 1e-6, priceWindow: "standard" }));
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async (req) => {
+  bus.serve(LlmRpc.EstimateCost, async (req) => ({ costUsd: (req.inputTokens + req.outputTokens) * 1e-6, priceWindow: "standard" }));
+  bus.serve(LlmRpc.CheckModel, async (req) => {
     if (!req.model.startsWith("scripted:")) throw new TackError("llm.unknown_model", `unknown model ${req.model}`);
     return { provider: "scripted" };
   });
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ListToolsResponse.fromPartial({ tools }));
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
+  bus.serve(ToolsRpc.ListTools, async () => ListToolsResponse.fromPartial({ tools }));
+  bus.serve(ToolsRpc.CallTool, async (req) => {
     inFlight++;
     maxInFlight = Math.max(maxInFlight, inFlight);
     onToolStart?.(inFlight);
@@ -86,12 +83,12 @@ async function startLoop(leaseTtlMs = 2_000, tenantBudgets: Record<string, numbe
 }
 
 async function create(): Promise<string> {
-  const r = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace }), CreateSessionResponse);
+  const r = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace }));
   return r.sessionId;
 }
 
 async function submit(sessionId: string, text: string): Promise<SubmitMessageResponse> {
-  return bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
+  return bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text });
 }
 
 function waitForTurnEnd(sessionId: string, turns = 1, timeoutMs = 15_000): Promise<Event[]> {
@@ -186,7 +183,7 @@ describe("loop", () => {
     await waitForTurnEnd(id);
     const runtime = loop.session(id);
     expect(runtime).toBeDefined();
-    const held = await bus.request(bus.names.loopSessionSubmit(id), SubmitMessageRequest, { tenant: "local", sessionId: id, text: "two" }, SubmitMessageResponse);
+    const held = await bus.request(LoopRpc.SubmitMessage.at({ session: id }), { tenant: "local", sessionId: id, text: "two" });
     expect(held.turn).toBe(2);
     const events = await waitForTurnEnd(id, 2);
     // The same runtime served both turns: its mirror holds every event without a reload.
@@ -195,7 +192,7 @@ describe("loop", () => {
     // A second replica reaches the warm owner through the queue group instead of waiting out its lease.
     const other = await startLoop();
     const started = performance.now();
-    const third = await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId: id, text: "three" }, SubmitMessageResponse);
+    const third = await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId: id, text: "three" });
     expect(third.turn).toBe(3);
     expect(performance.now() - started).toBeLessThan(1_000);
     await waitForTurnEnd(id, 3);
@@ -267,8 +264,7 @@ describe("loop", () => {
     await startLoop();
     const step = { calls: [{ name: "bash", args: { command: "true" } }], cost: 0.01 };
     script = [step, step, step, step, { content: "done", cost: 0.01 }];
-    const { sessionId: id } = await bus.request(bus.names.loopCreate, CreateSessionRequest,
-      CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace, budgetUsd: 0.025 }), CreateSessionResponse);
+    const { sessionId: id } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace, budgetUsd: 0.025 }));
     await submit(id, "spend");
     const events = await waitForTurnEnd(id);
     // Each call may cost up to ~$0.0083 (8,192 output tokens + input); after two calls ($0.02) a third could cross $0.025.
@@ -283,9 +279,8 @@ describe("loop", () => {
     await startLoop(2_000, { acme: 0.015 });
     const step = { calls: [{ name: "bash", args: { command: "true" } }], cost: 0.01 };
     script = [step, step, { content: "done", cost: 0.01 }];
-    const { sessionId: id } = await bus.request(bus.names.loopCreate, CreateSessionRequest,
-      CreateSessionRequest.fromPartial({ tenant: "acme", model: "scripted:test", workspace }), CreateSessionResponse);
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "acme", sessionId: id, text: "spend" }, SubmitMessageResponse);
+    const { sessionId: id } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "acme", model: "scripted:test", workspace }));
+    await bus.request(LoopRpc.SubmitMessage, { tenant: "acme", sessionId: id, text: "spend" });
     const events = await waitFor("turn/end", async () => {
       const all = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: id });
       return all.some((e) => e.type === "turn/end") && all;
@@ -298,11 +293,11 @@ describe("loop", () => {
 
   it("loop - bad requests get specific errors and log nothing", async () => {
     await startLoop();
-    await expect(bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "m", workspace, sandboxMode: "yolo" }), CreateSessionResponse))
+    await expect(bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ model: "m", workspace, sandboxMode: "yolo" })))
       .rejects.toThrow(/sandbox mode "yolo" is unknown; use one of: read-only, workspace-write, danger-full-access/);
-    await expect(bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "m", workspace: "rel/path" }), CreateSessionResponse))
+    await expect(bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ model: "m", workspace: "rel/path" })))
       .rejects.toThrow(/must be an absolute path/);
-    await expect(bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "nosuch:model", workspace }), CreateSessionResponse))
+    await expect(bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ model: "nosuch:model", workspace })))
       .rejects.toThrow(/unknown model nosuch:model/);
     await expect(submit("nosuchsession", "hi")).rejects.toThrow(/session nosuchsession does not exist/);
     expect(await readAll(bus.nc, bus.names, { tenant: "local", sessionId: "nosuchsession" })).toEqual([]);

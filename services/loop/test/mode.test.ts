@@ -4,13 +4,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace } from "@tack/testkit";
-import { Bus, serveStream, TackError } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, SandboxRpc, TackError, ToolsRpc } from "@tack/bus";
 import { ensureLogStream, readAll } from "@tack/log";
-import {
-  CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse, EstimateCostRequest,
-  EstimateCostResponse, ListProcessesRequest, ListProcessesResponse, ListToolsRequest, ListToolsResponse, SetSandboxModeRequest, SetSandboxModeResponse,
-  SubmitMessageRequest, SubmitMessageResponse, type SandboxProcess,
-} from "@tack/proto";
+import { CreateSessionRequest, ListProcessesRequest, SetSandboxModeResponse, type SandboxProcess } from "@tack/proto";
 import { startLoopService, type LoopService } from "@tack/loop-service";
 
 // The real loop against real NATS; the model and the sandbox are scripted responders on the bus.
@@ -30,14 +26,14 @@ let llmGate: Promise<void> = Promise.resolve();
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "mode-test" });
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (_req, w) => {
+  bus.serve(LlmRpc.Complete, async (_req, w) => {
     await llmGate;
     w.send({ index: 0, body: { $case: "done", value: { content: "done", reasoningContent: "", toolCalls: [], finishReason: "stop", usage: { inputMissTokens: 1, inputHitTokens: 0, outputTokens: 1, reasoningTokens: 0 }, model: "scripted", costUsd: 0, priceWindow: "" } } });
   });
-  bus.serve(bus.names.llmEstimate, "llm", EstimateCostRequest, EstimateCostResponse, async () => ({ costUsd: 0, priceWindow: "standard" }));
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ({ tools: [] }));
-  bus.serve(bus.names.sandboxProcesses, "sandbox", ListProcessesRequest, ListProcessesResponse, async (req) => {
+  bus.serve(LlmRpc.EstimateCost, async () => ({ costUsd: 0, priceWindow: "standard" }));
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(ToolsRpc.ListTools, async () => ({ tools: [] }));
+  bus.serve(SandboxRpc.ListProcesses, async (req) => {
     listings.push(req);
     const processes = containers[req.mode];
     if (processes === undefined) throw new TackError("sandbox.not_found", `session ${req.sessionId} has no ${req.mode} container`);
@@ -61,12 +57,12 @@ afterAll(async () => {
 
 async function create(sandboxMode: string): Promise<string> {
   loop ??= await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs: 2_000 });
-  const r = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace, sandboxMode }), CreateSessionResponse);
+  const r = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace, sandboxMode }));
   return r.sessionId;
 }
 
-function setMode(sessionId: string, mode: string, subject = bus.names.loopMode): Promise<SetSandboxModeResponse> {
-  return bus.request(subject, SetSandboxModeRequest, { tenant: "local", sessionId, mode, changedBy: "acme" }, SetSandboxModeResponse);
+function setMode(sessionId: string, mode: string, owner = false): Promise<SetSandboxModeResponse> {
+  return bus.request(owner ? LoopRpc.SetSandboxMode.at({ session: sessionId }) : LoopRpc.SetSandboxMode, { tenant: "local", sessionId, mode, changedBy: "acme" });
 }
 
 async function modes(sessionId: string): Promise<string[]> {
@@ -101,8 +97,8 @@ describe("sandbox mode", () => {
     const id = await create("workspace-write");
     let open!: () => void;
     llmGate = new Promise((r) => { open = r; });
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId: id, text: "hi" }, SubmitMessageResponse);
-    const e = await refusal(setMode(id, "read-only", bus.names.loopSessionMode(id)));
+    await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId: id, text: "hi" });
+    const e = await refusal(setMode(id, "read-only", true));
     expect(e.code).toBe("loop.busy");
     expect(e.message).toContain("wait for its turn/end");
     open();

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Bus, serveStream, TackError } from "@tack/bus";
-import { CompleteRequest, CompleteStreamMessage } from "@tack/proto";
+import { Bus, LlmRpc, TackError } from "@tack/bus";
+import { CompleteStreamMessage } from "@tack/proto";
 import { removeNamespace } from "@tack/testkit";
 import { callModel } from "../src/model-call.js";
 
@@ -19,7 +19,7 @@ const onUnhandled = (reason: unknown) => unhandled.push(reason);
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "model-call-test" });
   // Three deltas, then the provider's failure as the stream's last message.
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (_req, w) => {
+  bus.serve(LlmRpc.Complete, async (_req, w) => {
     for (let i = 0; i < 3; i++) w.send(CompleteStreamMessage.fromPartial({ index: i, body: { $case: "delta", value: { text: `part ${i} ` } } }));
     w.send(CompleteStreamMessage.fromPartial({ index: 3, body: { $case: "error", value: { code: "llm.provider_error", message: "the provider is overloaded" } } }));
   });

@@ -4,14 +4,9 @@ import { join } from "node:path";
 import { createHash, randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor } from "@tack/testkit";
-import { Bus, serveStream, TackError } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, McpRpc, SandboxRpc, SkillsRpc, TackError, ToolsRpc } from "@tack/bus";
 import { ensureLogStream, readAll } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
-  EnsureSandboxRequest, EnsureSandboxResponse, ListMcpToolsRequest, ListMcpToolsResponse, ListToolsRequest, ListToolsResponse, ReadHooksConfigRequest, ReadHooksConfigResponse,
-  ReadRulesRequest, ReadRulesResponse, Role, RunHookRequest, RunHookResponse, SetSessionModeRequest, SetSessionModeResponse, SkillCatalogRequest, SkillCatalogResponse,
-  SubmitMessageRequest, SubmitMessageResponse, type Event, type ToolCall,
-} from "@tack/proto";
+import { CallToolResponse, ChatMessage, CompleteRequest, CreateSessionRequest, ListMcpToolsResponse, Role, RunHookResponse, SkillCatalogResponse, SubmitMessageResponse, type Event, type ToolCall } from "@tack/proto";
 import { listTools } from "@tack/tools-service";
 import { FIRST_STEP_FRESH_MS } from "../src/session.js";
 import { startLoopService, type LoopService } from "@tack/loop-service";
@@ -52,7 +47,7 @@ const count = (name: string) => {
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "prefetch-test" });
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     requests.push(req);
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     // Each turn: one step with a bash call, then a reply.
@@ -62,34 +57,34 @@ beforeAll(async () => {
       usage: undefined, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async (req) => {
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(ToolsRpc.ListTools, async (req) => {
     count(`toolsList:${req.mode}`);
     return { tools: listTools(req.mode, req.defined) };
   });
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => CallToolResponse.fromPartial({ content: `ran ${req.name}`, durationMs: 1 }));
-  bus.serve(bus.names.toolsHookConfig, "tools", ReadHooksConfigRequest, ReadHooksConfigResponse, async () => {
+  bus.serve(ToolsRpc.CallTool, async (req) => CallToolResponse.fromPartial({ content: `ran ${req.name}`, durationMs: 1 }));
+  bus.serve(ToolsRpc.ReadHooksConfig, async () => {
     count("hookConfig");
     await new Promise((r) => setTimeout(r, hookReadMs));
     return { files: [{ path: ".claude/settings.json", content: Buffer.from(HOOKS), error: "" }] };
   });
-  bus.serve(bus.names.toolsHookRun, "tools", RunHookRequest, RunHookResponse, async (req) => {
+  bus.serve(ToolsRpc.RunHook, async (req) => {
     count("hookRun");
     return RunHookResponse.fromPartial({ exitCode: 0, stdout: req.command.replace(/^echo /, ""), durationMs: 1 });
   });
-  bus.serve(bus.names.toolsRules, "tools", ReadRulesRequest, ReadRulesResponse, async () => {
+  bus.serve(ToolsRpc.ReadRules, async () => {
     count("rules");
     return { files: [{ path: "AGENTS.md", content: Buffer.from(AGENTS), bytes: Buffer.byteLength(AGENTS), sha256: createHash("sha256").update(AGENTS).digest("hex"), error: "" }] };
   });
-  bus.serve(bus.names.skillsCatalog, "skills", SkillCatalogRequest, SkillCatalogResponse, async () => {
+  bus.serve(SkillsRpc.Catalog, async () => {
     count("skillsCatalog");
     return CATALOG;
   });
-  bus.serve(bus.names.mcpList, "mcp", ListMcpToolsRequest, ListMcpToolsResponse, async () => {
+  bus.serve(McpRpc.ListTools, async () => {
     count("mcpList");
     return MCP;
   });
-  bus.serve(bus.names.sandboxEnsure, "sandbox", EnsureSandboxRequest, EnsureSandboxResponse, async () => {
+  bus.serve(SandboxRpc.EnsureSandbox, async () => {
     count("sandboxEnsure");
     return { containerId: "c1", created: false, runtime: "runc" };
   });
@@ -116,7 +111,7 @@ async function startLoop(prewarmSandbox = true): Promise<LoopService> {
 }
 
 async function create(): Promise<string> {
-  const r = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace }), CreateSessionResponse);
+  const r = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ tenant: "local", model: "scripted:test", workspace }));
   return r.sessionId;
 }
 
@@ -128,7 +123,7 @@ async function submit(sessionId: string, text: string): Promise<SubmitMessageRes
   const deadline = Date.now() + 10_000;
   for (;;) {
     try {
-      return await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
+      return await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text });
     } catch (error) {
       if (!(error instanceof TackError && error.code === "loop.busy") || Date.now() > deadline) throw error;
       await new Promise((resolve) => setTimeout(resolve, 20));
@@ -223,7 +218,7 @@ describe("reads at session creation", () => {
     await startLoop(true);
     const id = await create();
     await waitFor("the reads at creation", async () => counts["toolsList:standard"] === 1 && counts.skillsCatalog === 1, { timeoutMs: 5_000, intervalMs: 10 });
-    await bus.request(bus.names.loopToolsMode, SetSessionModeRequest, { tenant: "local", sessionId: id, mode: "minimal", changedBy: "test" }, SetSessionModeResponse);
+    await bus.request(LoopRpc.SetSessionMode, { tenant: "local", sessionId: id, mode: "minimal", changedBy: "test" });
     await submit(id, "go");
     const events = await turnEnds(id, 1);
     const header = events.find((e) => e.payload?.$case === "requestHeader")!;

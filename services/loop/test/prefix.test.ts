@@ -4,12 +4,9 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor } from "@tack/testkit";
-import { Bus, serveStream } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, ToolsRpc } from "@tack/bus";
 import { readAll } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage,
-  CreateSessionRequest, CreateSessionResponse, ListToolsRequest, ListToolsResponse, Role, SubmitMessageRequest, SubmitMessageResponse,
-} from "@tack/proto";
+import { CallToolResponse, ChatMessage, CompleteRequest, CreateSessionRequest, ListToolsResponse, Role } from "@tack/proto";
 import { startLoopService, type LoopService } from "@tack/loop-service";
 
 // What the provider's prefix cache sees: every request must extend the previous one byte for
@@ -22,7 +19,7 @@ const requests: CompleteRequest[] = [];
 
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace: `t${randomBytes(5).toString("hex")}`, name: "prefix-test" });
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     requests.push(req);
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     const toolCalls = n < STEPS - 1 ? [{ id: `call_${n}_0`, name: "read", arguments: JSON.stringify({ path: `src/file${n}.ts` }) }] : [];
@@ -31,11 +28,11 @@ beforeAll(async () => {
       finishReason: toolCalls.length ? "tool_calls" : "stop", usage: undefined, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async () => ListToolsResponse.fromPartial({
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(ToolsRpc.ListTools, async () => ListToolsResponse.fromPartial({
     tools: [{ name: "read", description: "Read a file.", parametersJson: '{"type":"object"}' }],
   }));
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => CallToolResponse.fromPartial({
+  bus.serve(ToolsRpc.CallTool, async (req) => CallToolResponse.fromPartial({
     content: `contents of ${JSON.parse(req.arguments).path}\n${"x".repeat(200)}`, isError: false, durationMs: 1,
   }));
   loop = await startLoopService({ natsUrl: NATS_URL, namespace: bus.names.namespace, stepLimit: STEPS + 5 });
@@ -51,8 +48,8 @@ afterAll(async () => {
 describe("prefix stability", () => {
   it("prefix - each of 30 requests extends the previous one byte for byte, with a fixed system prompt and tool list", async () => {
     const workspace = mkdtempSync(join(tmpdir(), "tack-prefix-"));
-    const { sessionId } = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace }), CreateSessionResponse);
-    await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text: "read every file" }, SubmitMessageResponse);
+    const { sessionId } = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({ model: "scripted:x", workspace }));
+    await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text: "read every file" });
     await waitFor("turn/end", async () => (await readAll(bus.nc, bus.names, { tenant: "local", sessionId })).some((e) => e.type === "turn/end"), { timeoutMs: 15_000, intervalMs: 50 });
     expect(requests).toHaveLength(STEPS);
     // The messages as a provider receives them: one JSON array, serialized the same way each time.

@@ -4,12 +4,9 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor as waitForValue } from "@tack/testkit";
-import { Bus, serveStream } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, ToolsRpc } from "@tack/bus";
 import { ensureLogStream, isCase, readAll, type EventOf } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
-  Event, ListToolsRequest, ListToolsResponse, ReadRulesRequest, ReadRulesResponse, Role, SubmitMessageRequest, SubmitMessageResponse, type RulesFile, type ToolCall,
-} from "@tack/proto";
+import { CallToolResponse, ChatMessage, CompleteRequest, CreateSessionRequest, Event, ReadRulesRequest, Role, type RulesFile, type ToolCall } from "@tack/proto";
 import { listTools } from "@tack/tools-service";
 import { startLoopService, SUMMARY_INSTRUCTION, type LoopOptions, type LoopService } from "@tack/loop-service";
 import { readRules } from "../../tools/src/rules.js";
@@ -33,7 +30,7 @@ let rulesReads: ReadRulesRequest[] = [];
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "rules-test" });
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     requests.push(req);
     if (req.messages.at(-1)?.content === SUMMARY_INSTRUCTION) {
       w.send({ index: 0, body: { $case: "done", value: { content: "SUMMARY", reasoningContent: "", toolCalls: [], finishReason: "stop", usage: undefined, model: "scripted", costUsd: 0, priceWindow: "" } } });
@@ -48,10 +45,10 @@ beforeAll(async () => {
       usage: undefined, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async (req) => ({ tools: listTools(req.mode, req.defined) }));
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => CallToolResponse.fromPartial({ content: `ran ${req.name}`, durationMs: 1 }));
-  bus.serve(bus.names.toolsRules, "tools", ReadRulesRequest, ReadRulesResponse, async (req) => {
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
+  bus.serve(ToolsRpc.ListTools, async (req) => ({ tools: listTools(req.mode, req.defined) }));
+  bus.serve(ToolsRpc.CallTool, async (req) => CallToolResponse.fromPartial({ content: `ran ${req.name}`, durationMs: 1 }));
+  bus.serve(ToolsRpc.ReadRules, async (req) => {
     rulesReads.push(req);
     return readRules(req, new LocalSandboxClient(req.workspace), new AbortController().signal);
   });
@@ -83,14 +80,14 @@ async function session(files: Record<string, string | Buffer>, options: Partial<
   };
   for (const [path, content] of Object.entries(files)) write(path, content);
   loops.push(await startLoopService({ natsUrl: NATS_URL, namespace, leaseTtlMs: 1_000, prewarmSandbox: false, ...options }));
-  const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
+  const created = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({
     tenant: "local", model: "scripted:test", workspace, sandboxMode: "workspace-write",
-  }), CreateSessionResponse);
+  }));
   return { id: created.sessionId, workspace, write };
 }
 
 async function submit(sessionId: string, text = "go"): Promise<void> {
-  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
+  await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text });
 }
 
 function turnsEnded(sessionId: string, count: number): Promise<Event[]> {

@@ -4,13 +4,9 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor as waitForValue } from "@tack/testkit";
-import { Bus, serveStream, TackError, type Codec } from "@tack/bus";
+import { Bus, LlmRpc, LoopRpc, TackError, ToolsRpc, type Codec, type Rpc } from "@tack/bus";
 import { deriveRequest, ensureLogStream, isCase, readAll, type EventOf, type PayloadOf } from "@tack/log";
-import {
-  CallToolRequest, CallToolResponse, ChatMessage, CheckModelRequest, CheckModelResponse, CompleteRequest, CompleteStreamMessage, CreateSessionRequest, CreateSessionResponse,
-  AnswerQuestionRequest, AnswerQuestionResponse, DecideApprovalRequest, DecideApprovalResponse, DecidePlanRequest, DecidePlanResponse, Event, ListToolsRequest, ListToolsResponse,
-  QuestionAnswer, Role, SetPlanModeRequest, SetPlanModeResponse, SetSandboxModeRequest, SetSandboxModeResponse, SetSessionModeRequest, SetSessionModeResponse, SubmitMessageRequest, SubmitMessageResponse, Surface_Kind, ToolSpec, type EventPayloadCase, type ToolCall,
-} from "@tack/proto";
+import { CallToolRequest, CallToolResponse, ChatMessage, CompleteRequest, CreateSessionRequest, AnswerQuestionRequest, AnswerQuestionResponse, DecideApprovalRequest, DecideApprovalResponse, DecidePlanRequest, DecidePlanResponse, Event, ListToolsRequest, QuestionAnswer, Role, SetPlanModeResponse, SetSessionModeResponse, Surface_Kind, ToolSpec, type EventPayloadCase, type ToolCall } from "@tack/proto";
 import { callTool, listTools } from "@tack/tools-service";
 import { LocalSandboxClient } from "../../tools/test/support/local-sandbox.js";
 import { APPROVAL_TEXT, SESSION_TOOL_TEXT, startLoopService, type LoopOptions, type LoopService } from "@tack/loop-service";
@@ -41,7 +37,7 @@ const deploy = ToolSpec.fromPartial({ name: "deploy", description: "deploy", par
 beforeAll(async () => {
   bus = await Bus.connect({ url: NATS_URL, namespace, name: "session-tools-test" });
   await ensureLogStream(bus.nc, bus.names);
-  serveStream(bus, bus.names.llmComplete, "llm", CompleteRequest, CompleteStreamMessage, async (req, w) => {
+  bus.serve(LlmRpc.Complete, async (req, w) => {
     requests.push(req);
     const n = req.messages.filter((m) => m.role === Role.ROLE_ASSISTANT).length;
     const toolCalls: ToolCall[] = (replies[n] ?? []).map((c, i) => ({ id: `call_${n}_${i}`, name: c.name, arguments: JSON.stringify(c.args) }));
@@ -50,13 +46,13 @@ beforeAll(async () => {
       usage: undefined, model: "scripted", costUsd: 0, priceWindow: "",
     } } });
   });
-  bus.serve(bus.names.llmCheck, "llm", CheckModelRequest, CheckModelResponse, async () => ({ provider: "scripted" }));
+  bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
   // The real lists (unknown modes refused as the tools service refuses them), plus `deploy` in standard.
-  bus.serve(bus.names.toolsList, "tools", ListToolsRequest, ListToolsResponse, async (req) => {
+  bus.serve(ToolsRpc.ListTools, async (req) => {
     lists.push(req);
     return { tools: [...listTools(req.mode, req.defined), ...(req.mode === "standard" ? [deploy] : [])] };
   });
-  bus.serve(bus.names.toolsCall, "tools", CallToolRequest, CallToolResponse, async (req) => {
+  bus.serve(ToolsRpc.CallTool, async (req) => {
     ran.push(req);
     // Creator mode runs the real tools (define_tool and the defined ones) on this host.
     if (req.sessionMode === "creator") return callTool(req, { sandbox: new LocalSandboxClient(workspace), spills: { get: async () => undefined }, signal: new AbortController().signal });
@@ -94,47 +90,47 @@ async function startLoop(options: Partial<LoopOptions> = {}): Promise<LoopServic
 }
 
 async function session(fields: Partial<CreateSessionRequest> = {}): Promise<string> {
-  const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
+  const created = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({
     tenant: "local", model: "scripted:test", workspace, sandboxMode: "workspace-write", ...fields,
-  }), CreateSessionResponse);
+  }));
   return created.sessionId;
 }
 
 async function submit(sessionId: string, text = "go"): Promise<void> {
-  await bus.request(bus.names.loopSubmit, SubmitMessageRequest, { tenant: "local", sessionId, text }, SubmitMessageResponse);
+  await bus.request(LoopRpc.SubmitMessage, { tenant: "local", sessionId, text });
 }
 
 /** Sends a request the way the gateway does: to the owner, or to any loop when none owns the session. */
-async function viaLoop<Req, Res>(subjects: { owner: string; any: string }, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>): Promise<Res> {
+async function viaLoop<Req, Res>(rpc: Rpc<Req, Res, false, "session">, sessionId: string, request: Req): Promise<Res> {
   try {
-    return await bus.request(subjects.owner, requestCodec, request, responseCodec, { timeoutMs: 10_000 });
+    return await bus.request(rpc.at({ session: sessionId }), request, { timeoutMs: 10_000 });
   } catch (error) {
     if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
-    return bus.request(subjects.any, requestCodec, request, responseCodec, { timeoutMs: 10_000 });
+    return bus.request(rpc, request, { timeoutMs: 10_000 });
   }
 }
 
 function answer(sessionId: string, fields: Partial<DecideApprovalRequest>): Promise<DecideApprovalResponse> {
   const request = DecideApprovalRequest.fromPartial({ tenant: "local", sessionId, decidedBy: "tester", ...fields });
-  return viaLoop({ owner: bus.names.loopSessionDecide(sessionId), any: bus.names.loopDecide }, DecideApprovalRequest, request, DecideApprovalResponse);
+  return viaLoop(LoopRpc.DecideApproval, sessionId, request);
 }
 
 function answerQuestion(sessionId: string, fields: Partial<AnswerQuestionRequest>): Promise<AnswerQuestionResponse> {
   const request = AnswerQuestionRequest.fromPartial({ tenant: "local", sessionId, decidedBy: "tester", ...fields });
-  return viaLoop({ owner: bus.names.loopSessionAnswer(sessionId), any: bus.names.loopAnswer }, AnswerQuestionRequest, request, AnswerQuestionResponse);
+  return viaLoop(LoopRpc.AnswerQuestion, sessionId, request);
 }
 
 function decidePlan(sessionId: string, fields: Partial<DecidePlanRequest>): Promise<DecidePlanResponse> {
   const request = DecidePlanRequest.fromPartial({ tenant: "local", sessionId, decidedBy: "tester", ...fields });
-  return viaLoop({ owner: bus.names.loopSessionDecidePlan(sessionId), any: bus.names.loopDecidePlan }, DecidePlanRequest, request, DecidePlanResponse);
+  return viaLoop(LoopRpc.DecidePlan, sessionId, request);
 }
 
 function setPlanMode(sessionId: string, on: boolean): Promise<SetPlanModeResponse> {
-  return bus.request(bus.names.loopPlanMode, SetPlanModeRequest, { tenant: "local", sessionId, on, changedBy: "tester" }, SetPlanModeResponse);
+  return bus.request(LoopRpc.SetPlanMode, { tenant: "local", sessionId, on, changedBy: "tester" });
 }
 
 function setSessionMode(sessionId: string, mode: string): Promise<SetSessionModeResponse> {
-  return bus.request(bus.names.loopToolsMode, SetSessionModeRequest, { tenant: "local", sessionId, mode, changedBy: "tester" }, SetSessionModeResponse);
+  return bus.request(LoopRpc.SetSessionMode, { tenant: "local", sessionId, mode, changedBy: "tester" });
 }
 
 function waitFor(sessionId: string, done: (events: Event[]) => boolean, timeoutMs = 15_000): Promise<Event[]> {
@@ -242,7 +238,7 @@ describe("session tools", () => {
     }
     await expect(answer(id, { retiredKind: "plan", decision: "approve" })).rejects.toMatchObject({ code: "loop.outdated_request", message: expect.stringContaining("rpc DecidePlan (loop.decide_plan)") });
     await expect(answer(id, { retiredKind: "maybe", decision: "allow_once" })).rejects.toMatchObject({ code: "loop.bad_decision" });
-    const mode = (setting: string) => bus.request(bus.names.loopMode, SetSandboxModeRequest, { tenant: "local", sessionId: id, mode: "on", changedBy: "tester", retiredSetting: setting }, SetSandboxModeResponse);
+    const mode = (setting: string) => bus.request(LoopRpc.SetSandboxMode, { tenant: "local", sessionId: id, mode: "on", changedBy: "tester", retiredSetting: setting });
     await expect(mode("plan")).rejects.toMatchObject({ code: "loop.outdated_request", message: expect.stringContaining("SetSandboxMode with setting \"plan\"") });
     await expect(mode("session")).rejects.toMatchObject({ code: "loop.outdated_request", message: expect.stringContaining("rpc SetSessionMode (loop.session_mode)") });
     // Nothing was logged for them: the question still waits and is answered by the new rpc.
