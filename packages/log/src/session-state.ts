@@ -1,7 +1,7 @@
 // The session's state as its log says it: one fold, applied event by event, that the loop (which
 // acts on it), the gateway (which shows it over the API) and the web UI (which shows it in the
 // page) all use. Browser-safe: it loads nothing at run time but ./time.js (entry `@tack/log/state`).
-import type { ApprovalAsked, ApprovalDecided, DefinedTool, DefinedTools, Event, EventPayloadCase, PlanSubmitted, QuestionAsked, TodoItem } from "@tack/proto";
+import type { ApprovalAsked, ApprovalDecided, DefinedTool, DefinedTools, Event, PlanSubmitted, QuestionAsked, TodoItem } from "@tack/proto";
 import { timestampMs } from "./time.js";
 
 /** A tool call waiting for a person, with the event that asked (`seq`, and when: `askedAtMs`). */
@@ -19,11 +19,19 @@ export interface TurnApproval {
   readonly decided?: ApprovalDecided;
 }
 
-/** The payload cases that change the state; events of other cases may be skipped (the web UI decodes only these). */
-export const SESSION_STATE_CASES: ReadonlySet<EventPayloadCase> = new Set<EventPayloadCase>([
+const CASES = [
   "sessionCreated", "sessionMode", "sandboxMode", "approvalPolicy", "planMode", "todoUpdated", "toolDefined", "userMessage", "turnStart", "turnEnd",
   "approvalAsked", "approvalDecided", "questionAsked", "questionAnswered", "planSubmitted", "planDecided",
-]);
+] as const;
+
+/** A payload case that changes the state. */
+export type SessionStateCase = (typeof CASES)[number];
+
+/** The payload cases that change the state; events of other cases may be skipped (the web UI decodes only these). */
+export const SESSION_STATE_CASES: ReadonlySet<string> = new Set<SessionStateCase>(CASES);
+
+/** What the fold reads of an event (a decoded log event, or one built from a single decoded payload). */
+export type StateEvent = Pick<Event, "seq" | "time" | "payload">;
 
 /**
  * Folds a session's events, in seq order, into its state. The rules:
@@ -54,7 +62,7 @@ export class SessionState {
   #escalatedBy: string | undefined;
 
   /** Applies one event (events must come in seq order). */
-  apply(event: Event): void {
+  apply(event: StateEvent): void {
     const p = event.payload;
     switch (p?.$case) {
       case "sessionCreated":
@@ -190,7 +198,7 @@ export class SessionState {
 }
 
 /** Folds a whole log into its state. */
-export function sessionState(events: Iterable<Event>): SessionState {
+export function sessionState(events: Iterable<StateEvent>): SessionState {
   const state = new SessionState();
   for (const e of events) state.apply(e);
   return state;

@@ -1,7 +1,13 @@
 // Folds a session's events into what the page shows: the conversation, what waits for a person,
 // the trajectory timeline and the money. Pure functions of the event list, so the view is the
-// same whether the events came as history or live.
+// same whether the events came as history or live. The session's state (modes, plan mode, what
+// waits) is the log's one fold, the same the loop and the gateway apply (SessionState of @tack/log).
 import { eventTimeMs, type EventJson } from "@tack/client";
+import { SessionState, type SessionStateCase, type StateEvent, type Waiting } from "@tack/log/state";
+import {
+  ApprovalAsked, ApprovalDecided, ApprovalPolicySet, PlanDecided, PlanModeSet, PlanSubmitted, QuestionAnswered, QuestionAsked, SandboxModeSet, SessionCreated,
+  SessionModeSet, TodoUpdated, ToolDefined, TurnEnd, TurnStart, UserMessage,
+} from "@tack/proto/events";
 
 /** A tool call with its result once logged. */
 export interface ToolCallView {
@@ -54,7 +60,7 @@ const num = (v: number | undefined) => v ?? 0;
 /** Folds the events (in seq order) into the page's view. */
 export function foldSession(events: readonly EventJson[]): SessionView {
   const view: SessionView = { items: [], waiting: [], turns: [], running: false, costUsd: 0, tokens: { input: 0, cached: 0, output: 0 }, sandboxMode: "", mode: "", planMode: false, lastSeq: 0 };
-  const waiting = new Map<string, WaitingView>();
+  const state = new SessionState();
   const calls = new Map<string, ToolCallView>();
   // The assistant item of a step that is still streaming, by `turn/step`.
   const streaming = new Map<string, Extract<Item, { kind: "assistant" }>>();
@@ -65,14 +71,12 @@ export function foldSession(events: readonly EventJson[]): SessionView {
   for (const e of events) {
     view.lastSeq = e.seq;
     const at = eventTimeMs(e);
-    if (e.sessionCreated) view.mode = str(e.sessionCreated.mode) || "standard";
-    else if (e.sessionMode) view.mode = str(e.sessionMode.mode);
-    else if (e.sandboxMode) {
-      view.sandboxMode = str(e.sandboxMode.mode);
-      if (e.sandboxMode.changedBy && e.sandboxMode.changedBy !== "session") view.items.push({ kind: "notice", seq: e.seq, tone: "info", text: `sandbox mode is now ${view.sandboxMode} (by ${e.sandboxMode.changedBy})` });
+    const stateEvent = decodeState(e);
+    if (stateEvent) state.apply(stateEvent);
+    if (e.sandboxMode) {
+      if (e.sandboxMode.changedBy && e.sandboxMode.changedBy !== "session") view.items.push({ kind: "notice", seq: e.seq, tone: "info", text: `sandbox mode is now ${str(e.sandboxMode.mode)} (by ${e.sandboxMode.changedBy})` });
     } else if (e.planMode) {
-      view.planMode = e.planMode.on ?? false;
-      view.items.push({ kind: "notice", seq: e.seq, tone: "info", text: view.planMode ? "plan mode on" : "plan mode off" });
+      view.items.push({ kind: "notice", seq: e.seq, tone: "info", text: e.planMode.on ? "plan mode on" : "plan mode off" });
     } else if (e.userMessage) view.items.push({ kind: "user", seq: e.seq, text: str(e.userMessage.text) });
     else if (e.turnStart) {
       view.running = true;
@@ -146,29 +150,11 @@ export function foldSession(events: readonly EventJson[]): SessionView {
       view.items.push({ kind: "notice", seq: e.seq, tone: "warn", text: `model call retried (attempt ${num(e.llmRetry.attempt)}): ${str(e.llmRetry.message)}` });
     } else if (e.toolRetry) {
       view.items.push({ kind: "notice", seq: e.seq, tone: "warn", text: `tool call ${str(e.toolRetry.callId)} retried (attempt ${num(e.toolRetry.attempt)}): ${str(e.toolRetry.message)}` });
-    } else if (e.approvalAsked) {
-      const a = e.approvalAsked;
-      waiting.set(str(a.callId), {
-        kind: "approval", callId: str(a.callId), tool: str(a.toolName), operation: str(a.operation), justification: str(a.justification),
-        approvalKind: a.kind === "tool" ? "tool" : "sandbox", currentMode: str(a.currentMode), requestedMode: str(a.requestedMode), seq: e.seq,
-      });
     } else if (e.approvalDecided) {
-      waiting.delete(str(e.approvalDecided.callId));
       view.items.push({ kind: "notice", seq: e.seq, tone: "info", text: `approval of ${str(e.approvalDecided.callId)}: ${str(e.approvalDecided.decision)} (by ${str(e.approvalDecided.decidedBy)})` });
-    } else if (e.questionAsked) {
-      const q = e.questionAsked;
-      waiting.set(str(q.callId), {
-        kind: "question", callId: str(q.callId), seq: e.seq,
-        questions: (q.questions ?? []).map((x) => ({ header: str(x.header), question: str(x.question), multiSelect: x.multiSelect ?? false, options: (x.options ?? []).map((o) => ({ label: str(o.label), description: str(o.description) })) })),
-      });
     } else if (e.questionAnswered) {
-      waiting.delete(str(e.questionAnswered.callId));
       view.items.push({ kind: "notice", seq: e.seq, tone: "info", text: `question ${str(e.questionAnswered.callId)}: ${str(e.questionAnswered.outcome)}` });
-    } else if (e.planSubmitted) {
-      waiting.set(str(e.planSubmitted.callId), { kind: "plan", callId: str(e.planSubmitted.callId), plan: str(e.planSubmitted.plan), seq: e.seq });
     } else if (e.planDecided) {
-      waiting.delete(str(e.planDecided.callId));
-      if (e.planDecided.decision === "approve") view.planMode = false;
       view.items.push({ kind: "notice", seq: e.seq, tone: "info", text: `plan ${str(e.planDecided.decision)}${e.planDecided.feedback ? `: ${e.planDecided.feedback}` : ""}` });
     } else if (e.rulesLoaded) {
       const files = e.rulesLoaded.files ?? [];
@@ -191,8 +177,47 @@ export function foldSession(events: readonly EventJson[]): SessionView {
       view.items.push({ kind: "notice", seq: e.seq, tone: "warn", text: `MCP ${str(e.mcpWarning.server)}: ${str(e.mcpWarning.message)}` });
     }
   }
-  view.waiting = [...waiting.values()];
+  // Before session/created (no history yet) the page shows the session's index row instead.
+  if (state.created) Object.assign(view, { mode: state.mode, sandboxMode: state.sandboxMode });
+  view.planMode = state.planMode;
+  view.waiting = state.waiting.map(waitingView);
   return view;
+}
+
+/** The codec of each payload that changes the session's state: only these are decoded (with their protobuf defaults) for the fold. */
+const STATE_PAYLOADS: { readonly [C in SessionStateCase]: { fromJSON(json: unknown): Extract<NonNullable<StateEvent["payload"]>, { $case: C }>["value"] } } = {
+  sessionCreated: SessionCreated, sessionMode: SessionModeSet, sandboxMode: SandboxModeSet, approvalPolicy: ApprovalPolicySet, planMode: PlanModeSet,
+  todoUpdated: TodoUpdated, toolDefined: ToolDefined, userMessage: UserMessage, turnStart: TurnStart, turnEnd: TurnEnd, approvalAsked: ApprovalAsked,
+  approvalDecided: ApprovalDecided, questionAsked: QuestionAsked, questionAnswered: QuestionAnswered, planSubmitted: PlanSubmitted, planDecided: PlanDecided,
+};
+const STATE_CASES = Object.keys(STATE_PAYLOADS) as SessionStateCase[];
+
+/** `e` as the fold reads it when its payload changes the session's state, else undefined. */
+function decodeState(e: EventJson): StateEvent | undefined {
+  const c = STATE_CASES.find((k) => e[k] !== undefined);
+  if (!c) return undefined;
+  const ms = eventTimeMs(e);
+  const time = Number.isNaN(ms) ? undefined : { seconds: Math.floor(ms / 1000), nanos: Math.round((ms % 1000) * 1e6) };
+  return { seq: e.seq, time, payload: { $case: c, value: STATE_PAYLOADS[c].fromJSON(e[c]) } as StateEvent["payload"] };
+}
+
+function waitingView(w: Waiting): WaitingView {
+  switch (w.kind) {
+    case "approval": {
+      const a = w.asked;
+      return {
+        kind: "approval", callId: a.callId, tool: a.toolName, operation: a.operation, justification: a.justification,
+        approvalKind: a.kind === "tool" ? "tool" : "sandbox", currentMode: a.currentMode, requestedMode: a.requestedMode, seq: w.seq,
+      };
+    }
+    case "question":
+      return {
+        kind: "question", callId: w.asked.callId, seq: w.seq,
+        questions: w.asked.questions.map((q) => ({ header: q.header, question: q.question, multiSelect: q.multiSelect, options: q.options.map((o) => ({ label: o.label, description: o.description })) })),
+      };
+    case "plan":
+      return { kind: "plan", callId: w.asked.callId, plan: w.asked.plan, seq: w.seq };
+  }
 }
 
 /** The parts of a step's time: waiting for the first token, decoding, running tools (ms; undefined while unknown). */
