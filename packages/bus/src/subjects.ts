@@ -3,6 +3,9 @@ import { TackError } from "./errors.js";
 /**
  * Every subject, stream and bucket name of one Tack deployment, derived from its namespace.
  * Tests use a unique namespace so that they never meet another run's services on a shared NATS.
+ * Rpcs are served and asked through the descriptors generated from the proto services
+ * (`LoopRpc`, `SandboxRpc`, …; docs/decisions/0022-bus-descriptors.md); their subjects stay
+ * here, equal to the descriptors' (a test checks), until the loop and the gateway use those.
  */
 export interface Names {
   readonly namespace: string;
