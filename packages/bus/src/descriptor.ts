@@ -20,7 +20,7 @@ export interface RpcRoute {
 export interface Rpc<Req = unknown, Res = unknown, Stream extends boolean = boolean, Param extends string = string> {
   /** `tack.loop.v1.Loop/SubmitMessage`: names the rpc and its version in errors. */
   readonly fullName: string;
-  /** Whether the reply is a stream of responses (`bus.serve` with a writer, `bus.requestStream`). */
+  /** Whether the reply is a stream of responses (served with a writer, asked with `requestStream(bus, rpc, …)`). */
   readonly streaming: Stream;
   readonly requestType: Codec<Req>;
   /** Full proto name of the request message, e.g. `tack.loop.v1.SubmitMessageRequest`. */
