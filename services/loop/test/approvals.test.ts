@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { removeNamespace, waitFor as waitForValue } from "@tack/testkit";
 import { Bus, LlmRpc, LoopRpc, TackError, ToolsRpc } from "@tack/bus";
 import { ensureLogStream, readAll, timestampMs } from "@tack/log";
-import { CallToolResponse, CreateSessionRequest, DecideApprovalResponse, Role, type Event, type ToolCall } from "@tack/proto";
+import { CallToolResponse, CreateSessionRequest, ListToolsResponse, DecideApprovalResponse, Role, type Event, type ToolCall } from "@tack/proto";
 import { APPROVAL_TEXT, startLoopService, type LoopOptions, type LoopService } from "@tack/loop-service";
 
 // The loop's side of escalation against real NATS JetStream; the model and the tools are
@@ -36,10 +36,10 @@ beforeAll(async () => {
   });
   bus.serve(LlmRpc.CheckModel, async () => ({ provider: "scripted" }));
   // What each can be denied and its operation argument come from the tools service, as here.
-  bus.serve(ToolsRpc.ListTools, async () => ({
+  bus.serve(ToolsRpc.ListTools, async () => ListToolsResponse.fromPartial({
     tools: [
-      { name: "bash", description: "bash", parametersJson: "{}", deniable: ["writes", "network"], operationArgument: "command", handler: "" },
-      { name: "write", description: "write", parametersJson: "{}", deniable: ["writes"], operationArgument: "", handler: "" },
+      { name: "bash", description: "bash", parametersJson: "{}", deniable: ["writes", "network"], operationArgument: "command" },
+      { name: "write", description: "write", parametersJson: "{}", deniable: ["writes"] },
     ],
   }));
   bus.serve(ToolsRpc.CallTool, async (req) => {
