@@ -238,8 +238,8 @@ export class Bus {
    * span whose parent is the caller's trace context; a thrown error becomes a BusError reply,
    * and a request sent for another rpc is refused with `bus.wrong_rpc` naming both.
    */
-  serve<Req, Res>(rpc: Rpc<Req, Res, false, string>, handler: (request: Req, context: RequestContext) => Promise<Res>, options?: ServeOptions): Subscription;
-  serve<Req, Res>(rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>, options?: ServeOptions): Subscription;
+  serve<Req, Res>(rpc: Rpc<Req, Res, false, string>, handler: (request: Req, context: RequestContext) => Promise<NoInfer<Res>>, options?: ServeOptions): Subscription;
+  serve<Req, Res>(rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<NoInfer<Res>>, context: RequestContext) => Promise<void>, options?: ServeOptions): Subscription;
   /** @deprecated Pass a generated descriptor instead: `bus.serve(SandboxRpc.Exec, handler)`. */
   serve<Req, Res>(subject: string, queue: string, requestCodec: Codec<Req>, responseCodec: Codec<Res>, handler: (request: Req, context: RequestContext) => Promise<Res>): Subscription;
   serve<Req, Res>(...args: unknown[]): Subscription {
