@@ -15,8 +15,8 @@ export interface Endpoint {
 }
 
 /** A unary or streaming rpc and its handler, for `startService`'s `endpoints`. */
-export function endpoint<Req, Res>(rpc: Rpc<Req, Res, false, string>, handler: (request: Req, context: RequestContext) => Promise<Res>, options?: ServeOptions): Endpoint;
-export function endpoint<Req, Res>(rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>, options?: ServeOptions): Endpoint;
+export function endpoint<Req, Res>(rpc: Rpc<Req, Res, false, string>, handler: (request: Req, context: RequestContext) => Promise<NoInfer<Res>>, options?: ServeOptions): Endpoint;
+export function endpoint<Req, Res>(rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<NoInfer<Res>>, context: RequestContext) => Promise<void>, options?: ServeOptions): Endpoint;
 export function endpoint<Req, Res>(rpc: Rpc<Req, Res>, handler: (...args: never[]) => Promise<unknown>, options?: ServeOptions): Endpoint {
   return {
     rpc: rpc as Rpc,
