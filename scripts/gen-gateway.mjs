@@ -26,7 +26,7 @@ const SCALARS = {
 const NUMERIC = new Set(["minimum", "maximum", "exclusiveMinimum", "maxLength", "minLength", "minItems", "maxItems"]);
 
 /** Splits a leading comment into its prose and its `@` annotations. */
-function parseComment(text) {
+export function parseComment(text) {
   const prose = [];
   const notes = [];
   for (const raw of (text ?? "").split("\n")) {
@@ -38,7 +38,8 @@ function parseComment(text) {
   return { doc: prose.join(" "), notes };
 }
 
-function commentsOf(file) {
+/** A file's leading comments by source path (`4.<message>.2.<field>` for a field). */
+export function commentsOf(file) {
   const byPath = new Map();
   for (const loc of file.sourceCodeInfo?.location ?? []) {
     if (loc.leadingComments) byPath.set(loc.path.join("."), loc.leadingComments);
@@ -98,7 +99,7 @@ export function gatewayContract(image) {
     const [def] = note("default");
     if (def !== undefined) out.default = JSON.parse(def);
     if (Object.keys(errors).length) out["x-errors"] = errors;
-    if (forResponse && info.proto3Optional && !out.$ref) out.type = [out.type, "null"];
+    if (forResponse && (info.proto3Optional || note("nullable").length) && !out.$ref) out.type = [out.type, "null"];
     return out;
   };
 

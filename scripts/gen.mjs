@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join, relative, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { contractModule } from "./gen-gateway.mjs";
+import { restJsonModule } from "./gen-gateway-json.mjs";
 import { descriptorsModule } from "./gen-bus.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -19,6 +20,8 @@ const GRPC_PROTOS = ["tack/gateway/v1/gateway.proto", "grpc/health/v1/health.pro
 /** Generated files exported from @tack/proto as a namespace (their names repeat the internal messages'). */
 /** The gateway's route table and request schemas (scripts/gen-gateway.mjs). */
 const CONTRACT_FILE = "services/gateway/src/gen/contract.ts";
+/** The gateway's REST encoders of its response messages (scripts/gen-gateway-json.mjs). */
+const REST_JSON_FILE = "services/gateway/src/gen/rest-json.ts";
 /** The bus descriptors of the internal services (scripts/gen-bus.mjs). */
 const DESCRIPTORS_FILE = "packages/bus/src/gen/descriptors.ts";
 const NAMESPACED = { "tack/gateway/v1/gateway.ts": "gatewayV1", "grpc/health/v1/health.ts": "healthV1" };
@@ -189,6 +192,7 @@ function generateInto(target) {
   writeFileSync(join(target, "docs/events.md"), eventsMd(cat));
   mkdirSync(join(target, CONTRACT_FILE, ".."), { recursive: true });
   writeFileSync(join(target, CONTRACT_FILE), contractModule(image()));
+  writeFileSync(join(target, REST_JSON_FILE), restJsonModule(image()));
   mkdirSync(join(target, DESCRIPTORS_FILE, ".."), { recursive: true });
   writeFileSync(join(target, DESCRIPTORS_FILE), descriptorsModule(image()));
 }
@@ -198,7 +202,7 @@ if (check) {
   try {
     generateInto(tmp);
     const stale = [];
-    const fresh = [...listFiles(join(tmp, "packages/proto/src/gen")), join(tmp, "packages/proto/src/index.ts"), join(tmp, "docs/events.md"), join(tmp, CONTRACT_FILE), join(tmp, DESCRIPTORS_FILE)];
+    const fresh = [...listFiles(join(tmp, "packages/proto/src/gen")), join(tmp, "packages/proto/src/index.ts"), join(tmp, "docs/events.md"), join(tmp, CONTRACT_FILE), join(tmp, REST_JSON_FILE), join(tmp, DESCRIPTORS_FILE)];
     const committedGen = existsSync(join(root, "packages/proto/src/gen")) ? listFiles(join(root, "packages/proto/src/gen")) : [];
     for (const f of fresh) {
       const rel = relative(tmp, f);
@@ -216,5 +220,5 @@ if (check) {
   }
 } else {
   generateInto(root);
-  console.log(`generated packages/proto/src/gen, docs/events.md, ${CONTRACT_FILE} and ${DESCRIPTORS_FILE}`);
+  console.log(`generated packages/proto/src/gen, docs/events.md, ${CONTRACT_FILE}, ${REST_JSON_FILE} and ${DESCRIPTORS_FILE}`);
 }

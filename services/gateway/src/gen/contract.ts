@@ -902,14 +902,23 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
                 "type": "object",
                 "properties": {
                   "name": {
-                    "type": "string"
+                    "type": "string",
+                    "minLength": 1
                   },
                   "data": {
                     "type": "string",
                     "contentEncoding": "base64",
-                    "description": "Base64 in JSON."
+                    "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+                    "description": "Base64 in JSON.",
+                    "x-errors": {
+                      "pattern": "must be the object's bytes in base64 (A-Z, a-z, 0-9, + and /, padded with =)"
+                    }
                   }
                 },
+                "required": [
+                  "name",
+                  "data"
+                ],
                 "additionalProperties": false,
                 "description": "SpillObject is one spilled payload, by the name events refer to it with."
               },
@@ -1390,11 +1399,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         "call_id": {
           "type": "string"
         },
-        "seq": {
-          "type": "integer",
-          "minimum": 0,
-          "description": "Seq of the event that asked."
-        },
         "tool": {
           "type": "string",
           "description": "Approval: the tool, its operation, the sandbox mode asked for, why, and `sandbox` or `tool`."
@@ -1421,6 +1425,11 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         "plan": {
           "type": "string",
           "description": "Plan: the plan to review."
+        },
+        "seq": {
+          "type": "integer",
+          "minimum": 0,
+          "description": "Seq of the event that asked."
         }
       },
       "description": "Waiting is a tool call waiting for a person; `kind` says which fields are set."
@@ -1628,11 +1637,11 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         },
         "tokens": {
           "$ref": "#/components/schemas/ContextTokens",
-          "description": "Absent before the first model request."
+          "description": "Null before the first model request."
         },
         "calibration": {
           "$ref": "#/components/schemas/ContextCalibration",
-          "description": "From the provider's last reported usage; absent before one."
+          "description": "From the provider's last reported usage; null before one."
         },
         "estimated_total": {
           "type": "integer",
@@ -1766,14 +1775,23 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
       "type": "object",
       "properties": {
         "name": {
-          "type": "string"
+          "type": "string",
+          "minLength": 1
         },
         "data": {
           "type": "string",
           "contentEncoding": "base64",
-          "description": "Base64 in JSON."
+          "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+          "description": "Base64 in JSON.",
+          "x-errors": {
+            "pattern": "must be the object's bytes in base64 (A-Z, a-z, 0-9, + and /, padded with =)"
+          }
         }
       },
+      "required": [
+        "name",
+        "data"
+      ],
       "description": "SpillObject is one spilled payload, by the name events refer to it with."
     },
     "GetUsageResponse": {
@@ -1824,7 +1842,14 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
             "string",
             "null"
           ],
-          "description": "The caller's key id (never the key); absent for `retention`."
+          "description": "The caller's key id (never the key); null for `retention`."
+        },
+        "key_name": {
+          "type": [
+            "string",
+            "null"
+          ],
+          "description": "The name of the caller's key (the person it was issued to) when the record was made; absent for `retention`."
         },
         "action": {
           "type": "string",
@@ -1839,13 +1864,6 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
         "details": {
           "type": "string",
           "description": "What the action removed or changed, as a JSON object (REST: the object itself)."
-        },
-        "key_name": {
-          "type": [
-            "string",
-            "null"
-          ],
-          "description": "The name of the caller's key (the person it was issued to) when the record was made; absent for `retention`."
         }
       },
       "description": "AuditRecord is who did what to which session, when."
@@ -2098,10 +2116,14 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
           ]
         },
         "model_providers": {
-          "type": "array",
+          "type": [
+            "array",
+            "null"
+          ],
           "items": {
             "type": "string"
-          }
+          },
+          "description": "Null when any provider may be used."
         }
       }
     },

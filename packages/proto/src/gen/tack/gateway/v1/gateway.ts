@@ -232,18 +232,31 @@ export interface Waiting {
   /** `approval`, `question` or `plan`. */
   kind: string;
   callId: string;
+  /**
+   * Approval: the tool, its operation, the sandbox mode asked for, why, and `sandbox` or `tool`.
+   * @when kind approval
+   */
+  tool: string;
+  /** @when kind approval */
+  operation: string;
+  /** @when kind approval */
+  requestedMode: string;
+  /** @when kind approval */
+  justification: string;
+  /** @when kind approval */
+  approvalKind: string;
+  /**
+   * Question: the questions asked.
+   * @when kind question
+   */
+  questions: Question[];
+  /**
+   * Plan: the plan to review.
+   * @when kind plan
+   */
+  plan: string;
   /** Seq of the event that asked. */
   seq: number;
-  /** Approval: the tool, its operation, the sandbox mode asked for, why, and `sandbox` or `tool`. */
-  tool: string;
-  operation: string;
-  requestedMode: string;
-  justification: string;
-  approvalKind: string;
-  /** Question: the questions asked. */
-  questions: Question[];
-  /** Plan: the plan to review. */
-  plan: string;
 }
 
 export interface Question {
@@ -479,16 +492,32 @@ export interface GetContextRequest {
 
 export interface GetContextResponse {
   session: string;
-  /** The model's tokenizer. */
+  /**
+   * The model's tokenizer.
+   * @when tokens
+   */
   tokenizer: string;
-  /** Absent before the first model request. */
+  /**
+   * Null before the first model request.
+   * @nullable
+   */
   tokens?:
     | ContextTokens
     | undefined;
-  /** From the provider's last reported usage; absent before one. */
-  calibration?: ContextCalibration | undefined;
+  /**
+   * From the provider's last reported usage; null before one.
+   * @nullable
+   * @when tokens
+   */
+  calibration?:
+    | ContextCalibration
+    | undefined;
+  /** @when tokens */
   estimatedTotal: number;
-  /** Why nothing was measured. */
+  /**
+   * Why nothing was measured.
+   * @omitEmpty
+   */
   note: string;
 }
 
@@ -636,8 +665,17 @@ export interface SessionBundle {
 
 /** SpillObject is one spilled payload, by the name events refer to it with. */
 export interface SpillObject {
+  /**
+   * @required
+   * @minLength 1
+   */
   name: string;
-  /** Base64 in JSON. */
+  /**
+   * Base64 in JSON.
+   * @required
+   * @pattern ^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$
+   * @error pattern must be the object's bytes in base64 (A-Z, a-z, 0-9, + and /, padded with =)
+   */
   data: Buffer;
 }
 
@@ -679,19 +717,28 @@ export interface AuditRecord {
   at: string;
   /** `api_key` or `retention`. */
   actor: string;
-  /** The caller's key id (never the key); absent for `retention`. */
+  /**
+   * The caller's key id (never the key); null for `retention`.
+   * @nullable
+   */
   keyId?:
+    | string
+    | undefined;
+  /** The name of the caller's key (the person it was issued to) when the record was made; absent for `retention`. */
+  keyName?:
     | string
     | undefined;
   /** `session.delete`, `approval.decide`, `question.answer` or `plan.decide`. */
   action: string;
+  /** @nullable */
   sessionId?:
     | string
     | undefined;
-  /** What the action removed or changed, as a JSON object (REST: the object itself). */
+  /**
+   * What the action removed or changed, as a JSON object (REST: the object itself).
+   * @json
+   */
   details: string;
-  /** The name of the caller's key (the person it was issued to) when the record was made; absent for `retention`. */
-  keyName?: string | undefined;
 }
 
 export interface WebSearchHealthRequest {
@@ -704,7 +751,11 @@ export interface WebSearchHealthRequest {
 }
 
 export interface WebSearchHealthResponse {
-  selected?: string | undefined;
+  /** @nullable */
+  selected?:
+    | string
+    | undefined;
+  /** @nullable */
   selectionError?: string | undefined;
   providers: SearchProvider[];
 }
@@ -804,6 +855,7 @@ export interface ApiKey {
   /** `config`, `env` (TACK_API_KEY) or `api`. */
   source: string;
   createdAt: string;
+  /** @nullable */
   revokedAt?: string | undefined;
 }
 
@@ -815,6 +867,7 @@ export interface CreatedKey {
   name: string;
   source: string;
   createdAt: string;
+  /** @nullable */
   revokedAt?:
     | string
     | undefined;
@@ -858,7 +911,14 @@ export interface TenantPolicy {
   maxSandboxes: number;
   maxEventStreams: number;
   requestsPerMinute: number;
-  budgetUsd?: number | undefined;
+  /** @nullable */
+  budgetUsd?:
+    | number
+    | undefined;
+  /**
+   * Null when any provider may be used.
+   * @nullable
+   */
   modelProviders: string[];
 }
 
@@ -2236,7 +2296,6 @@ function createBaseWaiting(): Waiting {
   return {
     kind: "",
     callId: "",
-    seq: 0,
     tool: "",
     operation: "",
     requestedMode: "",
@@ -2244,6 +2303,7 @@ function createBaseWaiting(): Waiting {
     approvalKind: "",
     questions: [],
     plan: "",
+    seq: 0,
   };
 }
 
@@ -2254,9 +2314,6 @@ export const Waiting: MessageFns<Waiting> = {
     }
     if (message.callId !== "") {
       writer.uint32(18).string(message.callId);
-    }
-    if (message.seq !== 0) {
-      writer.uint32(24).uint64(message.seq);
     }
     if (message.tool !== "") {
       writer.uint32(34).string(message.tool);
@@ -2278,6 +2335,9 @@ export const Waiting: MessageFns<Waiting> = {
     }
     if (message.plan !== "") {
       writer.uint32(82).string(message.plan);
+    }
+    if (message.seq !== 0) {
+      writer.uint32(24).uint64(message.seq);
     }
     return writer;
   },
@@ -2309,14 +2369,6 @@ export const Waiting: MessageFns<Waiting> = {
             }
 
             message.callId = reader.string();
-            continue;
-          }
-          case 3: {
-            if (tag !== 24) {
-              break;
-            }
-
-            message.seq = longToNumber(reader.uint64());
             continue;
           }
           case 4: {
@@ -2375,6 +2427,14 @@ export const Waiting: MessageFns<Waiting> = {
             message.plan = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2395,7 +2455,6 @@ export const Waiting: MessageFns<Waiting> = {
         : isSet(object.call_id)
         ? globalThis.String(object.call_id)
         : "",
-      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
       tool: isSet(object.tool) ? globalThis.String(object.tool) : "",
       operation: isSet(object.operation) ? globalThis.String(object.operation) : "",
       requestedMode: isSet(object.requestedMode)
@@ -2413,6 +2472,7 @@ export const Waiting: MessageFns<Waiting> = {
         ? object.questions.map((e: any) => Question.fromJSON(e))
         : [],
       plan: isSet(object.plan) ? globalThis.String(object.plan) : "",
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
     };
   },
 
@@ -2423,9 +2483,6 @@ export const Waiting: MessageFns<Waiting> = {
     }
     if (message.callId !== "") {
       obj.callId = message.callId;
-    }
-    if (message.seq !== 0) {
-      obj.seq = Math.round(message.seq);
     }
     if (message.tool !== "") {
       obj.tool = message.tool;
@@ -2448,6 +2505,9 @@ export const Waiting: MessageFns<Waiting> = {
     if (message.plan !== "") {
       obj.plan = message.plan;
     }
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
     return obj;
   },
 
@@ -2458,7 +2518,6 @@ export const Waiting: MessageFns<Waiting> = {
     const message = createBaseWaiting();
     message.kind = object.kind ?? "";
     message.callId = object.callId ?? "";
-    message.seq = object.seq ?? 0;
     message.tool = object.tool ?? "";
     message.operation = object.operation ?? "";
     message.requestedMode = object.requestedMode ?? "";
@@ -2466,6 +2525,7 @@ export const Waiting: MessageFns<Waiting> = {
     message.approvalKind = object.approvalKind ?? "";
     message.questions = object.questions?.map((e) => Question.fromPartial(e)) || [];
     message.plan = object.plan ?? "";
+    message.seq = object.seq ?? 0;
     return message;
   },
 };
@@ -6541,10 +6601,10 @@ function createBaseAuditRecord(): AuditRecord {
     at: "",
     actor: "",
     keyId: undefined,
+    keyName: undefined,
     action: "",
     sessionId: undefined,
     details: "",
-    keyName: undefined,
   };
 }
 
@@ -6562,6 +6622,9 @@ export const AuditRecord: MessageFns<AuditRecord> = {
     if (message.keyId !== undefined) {
       writer.uint32(34).string(message.keyId);
     }
+    if (message.keyName !== undefined) {
+      writer.uint32(66).string(message.keyName);
+    }
     if (message.action !== "") {
       writer.uint32(42).string(message.action);
     }
@@ -6570,9 +6633,6 @@ export const AuditRecord: MessageFns<AuditRecord> = {
     }
     if (message.details !== "") {
       writer.uint32(58).string(message.details);
-    }
-    if (message.keyName !== undefined) {
-      writer.uint32(66).string(message.keyName);
     }
     return writer;
   },
@@ -6622,6 +6682,14 @@ export const AuditRecord: MessageFns<AuditRecord> = {
             message.keyId = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.keyName = reader.string();
+            continue;
+          }
           case 5: {
             if (tag !== 42) {
               break;
@@ -6646,14 +6714,6 @@ export const AuditRecord: MessageFns<AuditRecord> = {
             message.details = reader.string();
             continue;
           }
-          case 8: {
-            if (tag !== 66) {
-              break;
-            }
-
-            message.keyName = reader.string();
-            continue;
-          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6676,6 +6736,11 @@ export const AuditRecord: MessageFns<AuditRecord> = {
         : isSet(object.key_id)
         ? globalThis.String(object.key_id)
         : undefined,
+      keyName: isSet(object.keyName)
+        ? globalThis.String(object.keyName)
+        : isSet(object.key_name)
+        ? globalThis.String(object.key_name)
+        : undefined,
       action: isSet(object.action) ? globalThis.String(object.action) : "",
       sessionId: isSet(object.sessionId)
         ? globalThis.String(object.sessionId)
@@ -6683,11 +6748,6 @@ export const AuditRecord: MessageFns<AuditRecord> = {
         ? globalThis.String(object.session_id)
         : undefined,
       details: isSet(object.details) ? globalThis.String(object.details) : "",
-      keyName: isSet(object.keyName)
-        ? globalThis.String(object.keyName)
-        : isSet(object.key_name)
-        ? globalThis.String(object.key_name)
-        : undefined,
     };
   },
 
@@ -6705,6 +6765,9 @@ export const AuditRecord: MessageFns<AuditRecord> = {
     if (message.keyId !== undefined) {
       obj.keyId = message.keyId;
     }
+    if (message.keyName !== undefined) {
+      obj.keyName = message.keyName;
+    }
     if (message.action !== "") {
       obj.action = message.action;
     }
@@ -6713,9 +6776,6 @@ export const AuditRecord: MessageFns<AuditRecord> = {
     }
     if (message.details !== "") {
       obj.details = message.details;
-    }
-    if (message.keyName !== undefined) {
-      obj.keyName = message.keyName;
     }
     return obj;
   },
@@ -6729,10 +6789,10 @@ export const AuditRecord: MessageFns<AuditRecord> = {
     message.at = object.at ?? "";
     message.actor = object.actor ?? "";
     message.keyId = object.keyId ?? undefined;
+    message.keyName = object.keyName ?? undefined;
     message.action = object.action ?? "";
     message.sessionId = object.sessionId ?? undefined;
     message.details = object.details ?? "";
-    message.keyName = object.keyName ?? undefined;
     return message;
   },
 };
@@ -8960,7 +9020,10 @@ export const TenantUsage: MessageFns<TenantUsage> = {
  * an optional hint), `@pattern RE`, `@enum a|b`, `@maxLength N`, `@minimum N`, `@exclusiveMinimum N`,
  * `@maximum N`, `@minItems N`, `@maxItems N`, `@default JSON`, `@error KEYWORD MESSAGE` (what a
  * refusal says; `{value}` is the value sent, as JSON), `@in path|query|body` and `@type integer|boolean`
- * for query parameters. gRPC carries the API key in the metadata `authorization: Bearer <key>`.
+ * for query parameters. How a response field is written in JSON when it has no value (see
+ * scripts/gen-gateway-json.mjs): `@nullable` (as `null`), `@omitEmpty` (left out when it holds its
+ * default), `@when FIELD [VALUE]` (only when a sibling field has that value), `@json` (JSON text
+ * written as the value); a `optional` field without `@nullable` is left out when absent. gRPC carries the API key in the metadata `authorization: Bearer <key>`.
  */
 export type GatewayService = typeof GatewayService;
 export const GatewayService = {
