@@ -1,8 +1,8 @@
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { retrying, retryPolicy, TackError, type Bus } from "@tack/bus";
+import { LlmRpc, retrying, retryPolicy, TackError, type Bus } from "@tack/bus";
 import type { OperatorConfig } from "@tack/config";
-import { EstimateCostRequest, EstimateCostResponse, type Event } from "@tack/proto";
+import type { Event } from "@tack/proto";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -92,9 +92,9 @@ export class Budgets {
   async check(options: { tenant: string; model: string; sessionBudget: number; sessionSpent: number; inputTokens: number; maxTokens: number }): Promise<void> {
     const tenantBudget = this.#tenantBudgets[options.tenant] ?? 0;
     if (!(options.sessionBudget > 0) && !(tenantBudget > 0)) return;
-    const { costUsd } = await this.#bus.request(this.#bus.names.llmEstimate, EstimateCostRequest, {
+    const { costUsd } = await this.#bus.request(LlmRpc.EstimateCost, {
       model: options.model, inputTokens: options.inputTokens, outputTokens: options.maxTokens,
-    }, EstimateCostResponse, { timeoutMs: 10_000 });
+    }, { timeoutMs: 10_000 });
     const usd = (n: number) => `$${n.toFixed(6)}`;
     if (options.sessionBudget > 0 && options.sessionSpent + costUsd > options.sessionBudget) {
       throw new TackError("budget.session_exceeded",

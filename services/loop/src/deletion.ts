@@ -1,8 +1,7 @@
 // Deleting a session: everything kept for it on the bus side, in an order that a retry can finish.
 import { jetstreamManager, JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
-import { TackError, type Bus } from "@tack/bus";
+import { SandboxRpc, TackError, type Bus } from "@tack/bus";
 import { SpillBucket, type SessionAddress } from "@tack/log";
-import { ReleaseSandboxRequest, ReleaseSandboxResponse } from "@tack/proto";
 import type { Lease, Leases } from "./lease.js";
 
 /** What deleting a session removed. */
@@ -85,7 +84,7 @@ async function subjectMessages(jsm: JetStreamManager, stream: string, subject: s
 async function releaseSandboxes(bus: Bus, sessionId: string): Promise<boolean> {
   try {
     // An empty mode releases the session's containers of every mode.
-    const released = await bus.request(bus.names.sandboxRelease, ReleaseSandboxRequest, { sessionId, mode: "" }, ReleaseSandboxResponse, { timeoutMs: RELEASE_TIMEOUT_MS });
+    const released = await bus.request(SandboxRpc.ReleaseSandbox, { sessionId, mode: "" }, { timeoutMs: RELEASE_TIMEOUT_MS });
     return released.removed;
   } catch (error) {
     const e = TackError.from(error);

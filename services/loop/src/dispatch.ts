@@ -1,7 +1,7 @@
 // Tool dispatch: one tool call sent to a tools worker that stays alive, retried on another when it dies.
-import { retrying, TackError, type Bus, type RetryPolicy } from "@tack/bus";
+import { retrying, TackError, ToolsRpc, type Bus, type RetryPolicy } from "@tack/bus";
 import { draft, type Draft } from "@tack/log";
-import { CallToolRequest, CallToolResponse, type DefinedTools, type Event, type ToolCall } from "@tack/proto";
+import { CallToolResponse, type DefinedTools, type Event, type ToolCall } from "@tack/proto";
 
 /** What a dispatch needs from its session. */
 export interface DispatchDeps {
@@ -45,11 +45,11 @@ export async function dispatchTool(deps: DispatchDeps, call: ToolCall, mode: str
     deps.append(draft("toolRetry", { callId: call.id, turn, step, attempt, hop, code, message, delayMs }, SOURCE));
   let response: CallToolResponse;
   try {
-    response = await retrying(deps.retry, (attempt) => deps.bus.request(deps.bus.names.toolsCall, CallToolRequest, {
+    response = await retrying(deps.retry, (attempt) => deps.bus.request(ToolsRpc.CallTool, {
       sessionId: deps.sessionId, tenant: deps.tenant, callId: call.id, name: call.name, arguments: call.arguments,
       workspace: deps.workspace, sandboxMode: mode, attempt, firstAttemptAtMs, sessionMode: deps.sessionMode,
       ...(deps.defined ? { defined: deps.defined } : {}),
-    }, CallToolResponse, { timeoutMs: deps.toolTimeoutMs, silenceMs: deps.silenceMs }), {
+    }, { timeoutMs: deps.toolTimeoutMs, silenceMs: deps.silenceMs }), {
       onRetry: ({ attempt, error, delayMs }) => logRetry(attempt, "tools", error.code, error.message, delayMs).then(() => undefined),
     });
   } catch (error) {

@@ -1,11 +1,10 @@
 // Extensions in the loop: the skills catalog and the `skill` tool (skills service), `/name`, and MCP tools (MCP bridge).
 import { posix } from "node:path";
-import { TackError, type Bus } from "@tack/bus";
+import { McpRpc, SkillsRpc, TackError, type Bus } from "@tack/bus";
 import { WORKSPACE } from "@tack/config";
 import { draft, type Draft, type Projection } from "@tack/log";
 import {
-  CallMcpToolRequest, CallMcpToolResponse, CallToolResponse, ListMcpToolsRequest, ListMcpToolsResponse, LoadSkillRequest, LoadSkillResponse,
-  SkillCatalogRequest, SkillCatalogResponse, Surface_Kind, type Event, type SkillsCatalog, type ToolCall, type ToolSpec,
+  CallMcpToolResponse, CallToolResponse, LoadSkillResponse, SkillCatalogResponse, Surface_Kind, type Event, type SkillsCatalog, type ToolCall, type ToolSpec,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 
@@ -123,16 +122,16 @@ export class Extensions {
     const { bus } = host;
     let complete = true;
     const [catalog, mcp] = await Promise.all([
-      bus.request(bus.names.skillsCatalog, SkillCatalogRequest, { workspace: host.workspace }, SkillCatalogResponse, { timeoutMs: SKILLS_TIMEOUT_MS })
+      bus.request(SkillsRpc.Catalog, { workspace: host.workspace }, { timeoutMs: SKILLS_TIMEOUT_MS })
         .catch((error: unknown) => {
           complete = false;
           if (!this.#skillsDownLogged) host.log.warn("skills service did not answer; the session has no skills for now", { session: host.sessionId, error: (error as Error).message });
           this.#skillsDownLogged = true;
           return undefined;
         }),
-      bus.request(bus.names.mcpList, ListMcpToolsRequest, {
+      bus.request(McpRpc.ListTools, {
         tenant: host.tenant, sessionId: host.sessionId, workspace: host.workspace, sandboxMode: host.sandboxMode,
-      }, ListMcpToolsResponse, { timeoutMs: MCP_LIST_TIMEOUT_MS }).catch((error: unknown) => {
+      }, { timeoutMs: MCP_LIST_TIMEOUT_MS }).catch((error: unknown) => {
         complete = false;
         const e = TackError.from(error);
         if (e.code !== "bus.no_responders" && !this.#mcpDownLogged) host.log.warn("MCP bridge did not answer; the session has no MCP tools for now", { session: host.sessionId, error: e.message });
@@ -230,7 +229,7 @@ export async function runSkillTool(host: ExtensionsHost, call: ToolCall): Promis
   const { bus } = host;
   let loaded: LoadSkillResponse;
   try {
-    loaded = await bus.request(bus.names.skillsLoad, LoadSkillRequest, { workspace: host.workspace, name: name.trim(), by: "model" }, LoadSkillResponse, { timeoutMs: SKILLS_TIMEOUT_MS });
+    loaded = await bus.request(SkillsRpc.LoadSkill, { workspace: host.workspace, name: name.trim(), by: "model" }, { timeoutMs: SKILLS_TIMEOUT_MS });
   } catch (error) {
     const e = TackError.from(error);
     return { content: `Skill ${JSON.stringify(name)} could not be loaded: ${e.message}`, isError: true };
@@ -260,7 +259,7 @@ export async function userSkill(host: Pick<ExtensionsHost, "bus" | "workspace" |
   const { bus } = host;
   let loaded: LoadSkillResponse;
   try {
-    loaded = await bus.request(bus.names.skillsLoad, LoadSkillRequest, { workspace: host.workspace, name: command.name, by: "user" }, LoadSkillResponse, { timeoutMs: SKILLS_TIMEOUT_MS });
+    loaded = await bus.request(SkillsRpc.LoadSkill, { workspace: host.workspace, name: command.name, by: "user" }, { timeoutMs: SKILLS_TIMEOUT_MS });
   } catch (error) {
     const e = TackError.from(error);
     if (e.code === "skills.unknown") return undefined;
@@ -315,10 +314,10 @@ export async function callMcpTool(host: ExtensionsHost, call: ToolCall, turn: nu
   const { bus } = host;
   let reply: CallMcpToolResponse;
   try {
-    reply = await bus.request(bus.names.mcpCall, CallMcpToolRequest, {
+    reply = await bus.request(McpRpc.CallTool, {
       publicName: call.name, argumentsJson: call.arguments, callId: call.id, tenant: host.tenant, sessionId: host.sessionId,
       workspace: host.workspace, sandboxMode: host.sandboxMode,
-    }, CallMcpToolResponse, { timeoutMs: MCP_CALL_TIMEOUT_MS });
+    }, { timeoutMs: MCP_CALL_TIMEOUT_MS });
   } catch (error) {
     const e = TackError.from(error);
     const content = e.code === "bus.timeout" || e.code === "bus.worker_lost"

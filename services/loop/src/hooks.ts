@@ -3,13 +3,10 @@ import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
-import { DEFAULT_SILENCE_MS, TackError, type Bus } from "@tack/bus";
+import { DEFAULT_SILENCE_MS, TackError, ToolsRpc, type Bus } from "@tack/bus";
 import { WORKSPACE } from "@tack/config";
 import { draft, type Draft, type SessionState } from "@tack/log";
-import {
-  CallToolResponse, ReadHooksConfigRequest, ReadHooksConfigResponse, RunHookRequest, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type ToolCall,
-  type ToolSpec,
-} from "@tack/proto";
+import { CallToolResponse, RunHookRequest, RunHookResponse, Surface_Kind, type Event, type HooksFileRead, type ToolCall, type ToolSpec } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { LinearRegExp } from "@tack/linear-regex";
 import { toolApprovalPlan, type CallPlan } from "./approvals.js";
@@ -281,16 +278,16 @@ export interface HookRequests {
 export const busHookRequests: HookRequests = {
   async readConfig(host) {
     const { bus } = host;
-    const response = await bus.request(bus.names.toolsHookConfig, ReadHooksConfigRequest, {
+    const response = await bus.request(ToolsRpc.ReadHooksConfig, {
       sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: host.state.sandboxMode,
-    }, ReadHooksConfigResponse, { timeoutMs: 60_000, silenceMs: DEFAULT_SILENCE_MS });
+    }, { timeoutMs: 60_000, silenceMs: DEFAULT_SILENCE_MS });
     return response.files;
   },
   run(host, request) {
     const { bus } = host;
-    return bus.request(bus.names.toolsHookRun, RunHookRequest, {
+    return bus.request(ToolsRpc.RunHook, {
       sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: host.state.sandboxMode, ...request,
-    }, RunHookResponse, { timeoutMs: request.timeoutMs + RUN_MARGIN_MS, silenceMs: DEFAULT_SILENCE_MS });
+    }, { timeoutMs: request.timeoutMs + RUN_MARGIN_MS, silenceMs: DEFAULT_SILENCE_MS });
   },
 };
 

@@ -1,5 +1,5 @@
-import { TackError, type Bus } from "@tack/bus";
-import { ListProcessesRequest, ListProcessesResponse, ListToolsRequest, ListToolsResponse } from "@tack/proto";
+import { SandboxRpc, TackError, ToolsRpc, type Bus } from "@tack/bus";
+import { ListProcessesResponse } from "@tack/proto";
 import { isSandboxMode, modeRank, SANDBOX_MODES } from "@tack/config";
 
 /** A process left running in a sandbox container. */
@@ -51,7 +51,7 @@ export async function assertNoWiderProcesses(bus: Bus, sessionId: string, target
     for (;;) {
       let listed: ListProcessesResponse;
       try {
-        listed = await bus.request(bus.names.sandboxProcesses, ListProcessesRequest, { sessionId, mode: wider }, ListProcessesResponse, { timeoutMs: 20_000 });
+        listed = await bus.request(SandboxRpc.ListProcesses, { sessionId, mode: wider }, { timeoutMs: 20_000 });
       } catch (error) {
         const e = TackError.from(error);
         if (e.code === "sandbox.not_found") break;
@@ -76,7 +76,7 @@ export async function assertNoWiderProcesses(bus: Bus, sessionId: string, target
 export async function assertToolsMode(bus: Bus, mode: string): Promise<void> {
   if (mode === "standard") return;
   try {
-    await bus.request(bus.names.toolsList, ListToolsRequest, { mode }, ListToolsResponse, { timeoutMs: 10_000 });
+    await bus.request(ToolsRpc.ListTools, { mode }, { timeoutMs: 10_000 });
   } catch (error) {
     const e = TackError.from(error);
     if (e.code === "tools.unknown_mode") {

@@ -1,7 +1,7 @@
 // One model call of a step: streamed from the llm service, its deltas logged as they come, retried across llm restarts.
-import { requestStream, retrying, TackError, type Bus, type RetryPolicy } from "@tack/bus";
+import { LlmRpc, requestStream, retrying, TackError, type Bus, type RetryPolicy } from "@tack/bus";
 import { draft, type Draft, type ModelRequest } from "@tack/log";
-import { CompleteRequest, CompleteStreamMessage, type CompleteDone, type Delta, type Event } from "@tack/proto";
+import { CompleteRequest, type CompleteDone, type Delta, type Event } from "@tack/proto";
 
 /** What a model call needs from its session. */
 export interface ModelCallDeps {
@@ -56,7 +56,7 @@ export async function callModel(deps: ModelCallDeps, turn: number, step: number,
     const prior = logged;
     let result: CompleteDone | undefined;
     let error: TackError | undefined;
-    await requestStream(deps.bus, deps.bus.names.llmComplete, CompleteRequest, body, CompleteStreamMessage, (m) => {
+    await requestStream(deps.bus, LlmRpc.Complete, body, (m) => {
       const b = m.body;
       if (b?.$case === "delta") {
         if (!logChunks) return;

@@ -1,5 +1,5 @@
 import type { Subscription } from "@nats-io/nats-core";
-import { assertToken, DEFAULT_SILENCE_MS, TackError, type Bus, type Codec } from "@tack/bus";
+import { assertToken, DEFAULT_SILENCE_MS, endpoint, TackError, type Bus, type Endpoint, type Rpc } from "@tack/bus";
 import type { Ownership } from "./ownership.js";
 import type { SessionRuntime } from "./session.js";
 
@@ -17,16 +17,13 @@ export interface Unowned {
 }
 
 /**
- * One per-session rpc: served on the owner's subject by the replica that owns the session, and
- * on the queue subject (group `loop`) by any replica, which forwards it to a warm owner or handles it itself.
+ * One per-session rpc: served on its owner route (`.at({ session })`, queue group `loop-owner`)
+ * by the replica that owns the session, and on its queue-group route (group `loop`) by any
+ * replica, which forwards it to a warm owner or handles it itself.
  */
 export interface RouteSpec<Req extends SessionAddressed, Res> {
-  /** The queue subject, served by every replica. */
-  any(bus: Bus): string;
-  /** The owner's subject of a session. */
-  owner(bus: Bus, sessionId: string): string;
-  readonly request: Codec<Req>;
-  readonly response: Codec<Res>;
+  /** The rpc's generated descriptor, e.g. `LoopRpc.SubmitMessage`. */
+  readonly rpc: Rpc<Req, Res, false, "session">;
   /** Handles the call for a session this process owns. */
   owned(runtime: SessionRuntime, req: Req): Promise<Res>;
   /**
@@ -39,18 +36,20 @@ export interface RouteSpec<Req extends SessionAddressed, Res> {
 /** A route with its types closed over: what the router's table holds. */
 export interface SessionRoute {
   serveOwner(bus: Bus, runtime: SessionRuntime): Subscription;
-  serveAny(bus: Bus, ownership: Ownership, leaseTtlMs: number): Subscription;
+  /** The queue-group endpoint every replica serves (started with the service). */
+  any(bus: Bus, ownership: Ownership, leaseTtlMs: number): Endpoint;
 }
 
 /** Declares a per-session rpc for the router's table. */
 export function route<Req extends SessionAddressed, Res>(spec: RouteSpec<Req, Res>): SessionRoute {
+  const { rpc } = spec;
   return {
-    serveOwner: (bus, runtime) => bus.serve(spec.owner(bus, runtime.sessionId), "loop-owner", spec.request, spec.response, (req) => spec.owned(runtime, req)),
-    serveAny: (bus, ownership, leaseTtlMs) => bus.serve(spec.any(bus), "loop", spec.request, spec.response, async (req) => {
+    serveOwner: (bus, runtime) => bus.serve(rpc.at({ session: runtime.sessionId }), (req) => spec.owned(runtime, req)),
+    any: (bus, ownership, leaseTtlMs) => endpoint(rpc, async (req) => {
       const tenant = req.tenant || "local";
       assertToken("session id", req.sessionId);
       assertToken("tenant", tenant);
-      const forwarded = await viaOwner(bus, ownership, tenant, req.sessionId, spec.owner(bus, req.sessionId), spec.request, req, spec.response);
+      const forwarded = await viaOwner(bus, ownership, tenant, rpc, req);
       if (forwarded) return forwarded;
       const claim = () => ownership.acquire(tenant, req.sessionId, leaseTtlMs + 1_000);
       if (spec.unowned) return spec.unowned(req, tenant, { claim, ownership });
@@ -65,14 +64,14 @@ export function route<Req extends SessionAddressed, Res>(spec: RouteSpec<Req, Re
 }
 
 /**
- * A queue-group request for a session another replica keeps warm goes to that owner's own
- * subject (it holds the lease, so claiming would only wait it out); undefined when no other
- * process serves the session, so the caller claims it.
+ * A queue-group request for a session another replica keeps warm goes to that owner's route
+ * (it holds the lease, so claiming would only wait it out); undefined when no other process
+ * serves the session, so the caller claims it.
  */
-async function viaOwner<Req, Res>(bus: Bus, ownership: Ownership, tenant: string, sessionId: string, subject: string, reqCodec: Codec<Req>, req: Req, resCodec: Codec<Res>): Promise<Res | undefined> {
-  if (ownership.holds(tenant, sessionId)) return undefined;
+async function viaOwner<Req extends SessionAddressed, Res>(bus: Bus, ownership: Ownership, tenant: string, rpc: Rpc<Req, Res, false, "session">, req: Req): Promise<Res | undefined> {
+  if (ownership.holds(tenant, req.sessionId)) return undefined;
   try {
-    return await bus.request(subject, reqCodec, req, resCodec, { timeoutMs: 5 * 60_000, silenceMs: DEFAULT_SILENCE_MS });
+    return await bus.request(rpc.at({ session: req.sessionId }), req, { timeoutMs: 5 * 60_000, silenceMs: DEFAULT_SILENCE_MS });
   } catch (error) {
     if (error instanceof TackError && (error.code === "bus.no_responders" || error.code === "bus.worker_lost")) return undefined;
     throw error;
@@ -80,8 +79,8 @@ async function viaOwner<Req, Res>(bus: Bus, ownership: Ownership, tenant: string
 }
 
 /**
- * The loop's per-session rpcs: opens their queue subjects once, and a session's owner subjects
- * when this process comes to own it (`Ownership` calls `serveOwned`).
+ * The loop's per-session rpcs: gives their queue-group endpoints to the service, and opens a
+ * session's owner routes when this process comes to own it (`Ownership` calls `serveOwned`).
  */
 export class SessionRouter {
   readonly #bus: Bus;
@@ -97,8 +96,8 @@ export class SessionRouter {
     return this.#routes.map((r) => r.serveOwner(this.#bus, runtime));
   }
 
-  /** Opens the queue subjects every replica serves. */
-  serveAny(ownership: Ownership, leaseTtlMs: number): Subscription[] {
-    return this.#routes.map((r) => r.serveAny(this.#bus, ownership, leaseTtlMs));
+  /** The queue-group endpoints every replica serves, for `startService`. */
+  endpoints(ownership: Ownership, leaseTtlMs: number): Endpoint[] {
+    return this.#routes.map((r) => r.any(this.#bus, ownership, leaseTtlMs));
   }
 }

@@ -1,10 +1,5 @@
-import { TackError } from "@tack/bus";
-import {
-  AnswerQuestionRequest, AnswerQuestionResponse, CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse,
-  DecideApprovalRequest, DecideApprovalResponse, DecidePlanRequest, DecidePlanResponse, DeleteSessionRequest, DeleteSessionResponse,
-  SetPlanModeRequest, SetPlanModeResponse, SetSandboxModeRequest, SetSandboxModeResponse, SetSessionModeRequest, SetSessionModeResponse,
-  SubmitMessageRequest, SubmitMessageResponse,
-} from "@tack/proto";
+import { LoopRpc, TackError } from "@tack/bus";
+import { CompactSessionResponse, SubmitMessageRequest, SubmitMessageResponse } from "@tack/proto";
 import { DECISIONS, type Decision, type DecidingKey } from "./approvals.js";
 import type { Ownership } from "./ownership.js";
 import { route, type SessionAddressed, type SessionRoute } from "./router.js";
@@ -56,15 +51,14 @@ async function changer(runtime: SessionRuntime, req: SessionAddressed & { change
 }
 
 /**
- * The table of the loop's per-session rpcs (owner subject `<ns>.loop.session.<id>.<op>`, queue
- * subject `<ns>.loop.<op>`): what the owner does with each, and what a replica does with one for a
+ * The table of the loop's per-session rpcs (their descriptors' owner route
+ * `<ns>.loop.session.<id>.<op>` and queue-group route `<ns>.loop.<op>`): what the owner does with each, and what a replica does with one for a
  * session no process serves (claim it, unless the route says otherwise).
  */
 export function sessionRoutes(ownership: Ownership): SessionRoute[] {
   return [
     route({
-      any: (bus) => bus.names.loopSubmit, owner: (bus, id) => bus.names.loopSessionSubmit(id),
-      request: SubmitMessageRequest, response: SubmitMessageResponse,
+      rpc: LoopRpc.SubmitMessage,
       owned: submit,
       unowned: async (req, _tenant, { claim }) => {
         const runtime = await claim();
@@ -81,8 +75,7 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
     // message: recovery parks its waiting calls again, so the decision finds its call waiting (or
     // starts a turn, which then refuses a mode change as busy).
     route({
-      any: (bus) => bus.names.loopDecide, owner: (bus, id) => bus.names.loopSessionDecide(id),
-      request: DecideApprovalRequest, response: DecideApprovalResponse,
+      rpc: LoopRpc.DecideApproval,
       owned: async (runtime, req) => {
         const kind = req.retiredKind || "approval";
         const replacement = RETIRED_KINDS.get(kind);
@@ -96,24 +89,21 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
       },
     }),
     route({
-      any: (bus) => bus.names.loopAnswer, owner: (bus, id) => bus.names.loopSessionAnswer(id),
-      request: AnswerQuestionRequest, response: AnswerQuestionResponse,
+      rpc: LoopRpc.AnswerQuestion,
       owned: async (runtime, req) => {
         await decider(runtime, req, ownership);
         return { seq: await runtime.answerQuestion(req.callId, req.answers, req.decidedBy, deciding(req)) };
       },
     }),
     route({
-      any: (bus) => bus.names.loopDecidePlan, owner: (bus, id) => bus.names.loopSessionDecidePlan(id),
-      request: DecidePlanRequest, response: DecidePlanResponse,
+      rpc: LoopRpc.DecidePlan,
       owned: async (runtime, req) => {
         await decider(runtime, req, ownership);
         return { seq: await runtime.decidePlan(req.callId, req.approve ? "approve" : "reject", req.feedback, req.decidedBy, deciding(req)) };
       },
     }),
     route({
-      any: (bus) => bus.names.loopMode, owner: (bus, id) => bus.names.loopSessionMode(id),
-      request: SetSandboxModeRequest, response: SetSandboxModeResponse,
+      rpc: LoopRpc.SetSandboxMode,
       owned: async (runtime, req) => {
         const setting = req.retiredSetting || "sandbox";
         const replacement = RETIRED_SETTINGS.get(setting);
@@ -124,16 +114,14 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
       },
     }),
     route({
-      any: (bus) => bus.names.loopPlanMode, owner: (bus, id) => bus.names.loopSessionPlanMode(id),
-      request: SetPlanModeRequest, response: SetPlanModeResponse,
+      rpc: LoopRpc.SetPlanMode,
       owned: async (runtime, req) => {
         await changer(runtime, req, ownership);
         return { seq: await runtime.setPlanMode(req.on, req.changedBy) };
       },
     }),
     route({
-      any: (bus) => bus.names.loopToolsMode, owner: (bus, id) => bus.names.loopSessionToolsMode(id),
-      request: SetSessionModeRequest, response: SetSessionModeResponse,
+      rpc: LoopRpc.SetSessionMode,
       owned: async (runtime, req) => {
         await changer(runtime, req, ownership);
         return { seq: await runtime.setSessionMode(req.mode, req.changedBy) };
@@ -141,8 +129,7 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
     }),
     // A deletion of a session no process owns: its lease is claimed (the session neither loaded nor recovered) and it is deleted.
     route({
-      any: (bus) => bus.names.loopDelete, owner: (bus, id) => bus.names.loopSessionDelete(id),
-      request: DeleteSessionRequest, response: DeleteSessionResponse,
+      rpc: LoopRpc.DeleteSession,
       owned: async (runtime, req) => {
         if ((req.tenant || "local") !== runtime.tenant) throw unknownSession(req.sessionId);
         return ownership.remove(runtime.tenant, runtime.sessionId, req.deletedBy);
@@ -151,8 +138,7 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
     }),
     // Stops the running turn (`stopTurn`); a session no process owns runs no turn, so there is nothing to stop.
     route({
-      any: (bus) => bus.names.loopCancel, owner: (bus, id) => bus.names.loopSessionCancel(id),
-      request: CancelTurnRequest, response: CancelTurnResponse,
+      rpc: LoopRpc.CancelTurn,
       owned: async (runtime, req) => {
         if ((req.tenant || "local") !== runtime.tenant) throw unknownSession(req.sessionId);
         if (!runtime.busy) return { cancelled: false, turn: 0 };
@@ -166,8 +152,7 @@ export function sessionRoutes(ownership: Ownership): SessionRoute[] {
     // start a turn, which then refuses the compaction as busy). Afterwards the session stays warm
     // for `idleReleaseMs` again, as after a turn; one that does not exist is let go at once.
     route({
-      any: (bus) => bus.names.loopCompact, owner: (bus, id) => bus.names.loopSessionCompact(id),
-      request: CompactSessionRequest, response: CompactSessionResponse,
+      rpc: LoopRpc.CompactSession,
       owned: async (runtime, req) => {
         try {
           assertSession(runtime, req);

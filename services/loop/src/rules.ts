@@ -2,10 +2,10 @@
 import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
 import { posix } from "node:path";
-import { TackError, type Bus } from "@tack/bus";
+import { TackError, ToolsRpc, type Bus } from "@tack/bus";
 import { WORKSPACE } from "@tack/config";
 import { draft, type Draft, type Projection, type SessionState } from "@tack/log";
-import { ReadRulesRequest, ReadRulesResponse, Surface_Kind, type Event, type RulesFile } from "@tack/proto";
+import { Surface_Kind, type Event, type RulesFile } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 
 /** Each file reaches the model cut to this many bytes (a note says where the whole file is). */
@@ -266,9 +266,9 @@ export class RulesTracker {
   async #read(host: RulesHost, dirs: string[]): Promise<RulesSource[]> {
     const operator = await Promise.all(operatorRulesPaths().map((p) => readOperatorFile(p, RULES_CAP_BYTES + 4)));
     const { bus } = host;
-    const response = await bus.request(bus.names.toolsRules, ReadRulesRequest, {
+    const response = await bus.request(ToolsRpc.ReadRules, {
       sessionId: host.sessionId, tenant: host.tenant, workspace: host.workspace, sandboxMode: host.state.sandboxMode, dirs,
-    }, ReadRulesResponse, { timeoutMs: 60_000 }).catch((error: unknown) => {
+    }, { timeoutMs: 60_000 }).catch((error: unknown) => {
       throw TackError.from(error, "loop.rules_unreadable");
     });
     const workspace = response.files.map((f): RulesSource => ({

@@ -1,11 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { assertToken, Bus, DEFAULT_SILENCE_MS, retryPolicy, TackError, type BusAuth } from "@tack/bus";
-import { registerMicro } from "@tack/bus";
+import { assertToken, Bus, DEFAULT_SILENCE_MS, endpoint, LlmRpc, LoopRpc, retryPolicy, SandboxRpc, startService, TackError, type BusAuth } from "@tack/bus";
 import { ensureLogStream, FORMAT_VERSION, SpillBucket } from "@tack/log";
-import {
-  CheckModelRequest, CheckModelResponse, CopySessionRequest, CopySessionResponse, CreateSessionRequest, CreateSessionResponse, EnsureSandboxRequest, EnsureSandboxResponse,
-} from "@tack/proto";
+import type { CopySessionRequest, CopySessionResponse, CreateSessionRequest, CreateSessionResponse } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { z } from "zod";
 import { APPROVAL_POLICIES } from "./approvals.js";
@@ -126,9 +123,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     serve: (runtime) => router.serveOwned(runtime),
   });
   const router = new SessionRouter(bus, sessionRoutes(ownership));
-  router.serveAny(ownership, o.leaseTtlMs);
 
-  bus.serve(bus.names.loopCreate, "loop", CreateSessionRequest, CreateSessionResponse, async (req) => {
+  const createSession = async (req: CreateSessionRequest): Promise<CreateSessionResponse> => {
     const sessionId = req.sessionId || newSessionId();
     const tenant = req.tenant || "local";
     assertToken("session id", sessionId);
@@ -148,7 +144,7 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     // The tools service owns the modes: it lists the tools of each, and refuses one it does not have.
     await assertToolsMode(bus, mode);
     // Fail at creation, not at the first step, when the model cannot be used (unknown, no key, bad script).
-    await bus.request(bus.names.llmCheck, CheckModelRequest, { model: req.model }, CheckModelResponse, { timeoutMs: 10_000 }).catch((error: unknown) => {
+    await bus.request(LlmRpc.CheckModel, { model: req.model }, { timeoutMs: 10_000 }).catch((error: unknown) => {
       const e = TackError.from(error);
       if (e.code === "bus.no_responders" || e.code === "bus.timeout") {
         throw new TackError("loop.llm_unavailable", `no llm service answers (${e.message}); start Tack with \`tack up\``, { retryable: true, cause: e });
@@ -168,15 +164,15 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
       // message, not on the first tool call's critical path. Best effort: the tools ensure anyway.
       // So do the reads of the first turn (hooks, tools, rules, skills, MCP), some in that container.
       runtime.prefetchFirstTurn();
-      bus.request(bus.names.sandboxEnsure, EnsureSandboxRequest, { sessionId, tenant, workspace: req.workspace, mode: sandboxMode }, EnsureSandboxResponse, { timeoutMs: 120_000, silenceMs: DEFAULT_SILENCE_MS })
+      bus.request(SandboxRpc.EnsureSandbox, { sessionId, tenant, workspace: req.workspace, mode: sandboxMode }, { timeoutMs: 120_000, silenceMs: DEFAULT_SILENCE_MS })
         .catch((error: unknown) => log.warn("sandbox pre-warm failed", { session: sessionId, code: TackError.from(error).code, error: (error as Error).message }));
     }
     return { sessionId, subject: bus.names.logSubject(tenant, sessionId) };
-  });
+  };
 
   // A new session from a copy of another's log (a fork at a turn boundary, an imported bundle):
   // written by this process as the new log's single writer, under its lease; nothing runs again.
-  bus.serve(bus.names.loopCopy, "loop", CopySessionRequest, CopySessionResponse, async (req) => {
+  const copySession = async (req: CopySessionRequest): Promise<CopySessionResponse> => {
     const sessionId = req.sessionId || newSessionId();
     const tenant = req.tenant || "local";
     assertToken("session id", sessionId);
@@ -195,6 +191,12 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     }
     log.info("session copied", { session: sessionId, tenant, from, events: drafts.length, objects: objects.length, copied_by: req.copiedBy });
     return { sessionId, subject: bus.names.logSubject(tenant, sessionId), events: drafts.length };
+  };
+
+  // Serves the rpcs, then registers as micro-service tack-loop ($SRV.PING/INFO/STATS) with its lease owner id.
+  const service = await startService({
+    bus, name: "loop", description: "runs sessions: turns, steps, tool calls, recovery", metadata: { owner },
+    endpoints: () => [endpoint(LoopRpc.CreateSession, createSession), endpoint(LoopRpc.CopySession, copySession), ...router.endpoints(ownership, o.leaseTtlMs)],
   });
 
   // Take over sessions whose owner stopped renewing (crashed or partitioned away).
@@ -206,10 +208,6 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     ownership.scan().catch((error: unknown) => log.warn("recovery scan failed", { error: (error as Error).message })).finally(() => { scanning = false; });
   }, Math.max(100, Math.floor(o.leaseTtlMs / 2)));
   scanner.unref();
-  // Make sure the server knows our subscriptions before anyone is told we are up.
-  await bus.nc.flush();
-  // Discoverable as micro-service tack-loop ($SRV.PING/INFO/STATS), with its lease owner id.
-  await registerMicro(bus, { service: "loop", description: "runs sessions: turns, steps, tool calls, recovery", metadata: { owner } });
 
   return {
     owner,
@@ -217,6 +215,8 @@ export async function startLoopService(options: LoopOptions): Promise<LoopServic
     async stop() {
       stopped = true;
       clearInterval(scanner);
+      // No new requests; those in flight (a claim, a creation) finish before the sessions are let go.
+      await service.stop();
       await ownership.stop();
       await bus.close();
     },

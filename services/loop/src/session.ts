@@ -1,12 +1,12 @@
 import { readFileSync } from "node:fs";
 import { context } from "@opentelemetry/api";
-import { inSpan, retrying, TackError, type Bus, type RetryPolicy } from "@tack/bus";
+import { inSpan, retrying, SkillsRpc, TackError, ToolsRpc, type Bus, type RetryPolicy } from "@tack/bus";
 import {
   deriveRequest, draft, Projection, readAll, serializeRequest, SessionLogWriter, SessionState, type Draft, type ModelRequest, type SpillBucket,
 } from "@tack/log";
 import {
-  CallToolResponse, InvalidateSkillsRequest, InvalidateSkillsResponse, ListToolsRequest, ListToolsResponse, Surface_Kind, type ApprovalAsked, type ApprovalDecided, type CompleteDone, type Event, type PlanDecided, type QuestionAnswer,
-  type QuestionAnswered, type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
+  CallToolResponse, Surface_Kind, type ApprovalAsked, type ApprovalDecided, type CompleteDone, type Event, type PlanDecided, type QuestionAnswer, type QuestionAnswered,
+  type RequestHeader, type SessionCreated, type ToolCall, type ToolSpec,
 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import {
@@ -310,7 +310,7 @@ export class SessionRuntime {
     this.#hooks.snapshot(this.#rulesHost());
     const defined = this.state.definedTools;
     const { bus } = this.#deps;
-    const specs = bus.request(bus.names.toolsList, ListToolsRequest, { mode, ...(defined ? { defined } : {}) }, ListToolsResponse, { timeoutMs: 10_000 })
+    const specs = bus.request(ToolsRpc.ListTools, { mode, ...(defined ? { defined } : {}) }, { timeoutMs: 10_000 })
       .then((listed) => listed.tools, () => undefined);
     this.#toolsAhead = { mode, defined: defined?.tools.length ?? 0, specs };
     this.#rules.prefetchAhead(this.#rulesHost(), FIRST_STEP_FRESH_MS);
@@ -671,7 +671,7 @@ export class SessionRuntime {
     }
     if (this.#tools?.mode !== mode || this.#tools.defined !== count) {
       const request = { mode, ...(defined ? { defined } : {}) };
-      const listed = await retrying(settings.retry, () => bus.request(bus.names.toolsList, ListToolsRequest, request, ListToolsResponse, { timeoutMs: 10_000 }), {
+      const listed = await retrying(settings.retry, () => bus.request(ToolsRpc.ListTools, request, { timeoutMs: 10_000 }), {
         onRetry: async ({ attempt, error, delayMs }) => {
           await this.append(draft("toolRetry", { callId: "", turn, step, attempt, hop: "tools", code: error.code, message: error.message, delayMs }, SOURCE));
         },
@@ -797,7 +797,7 @@ export class SessionRuntime {
   /** Asks the skills service to read the skills root holding `path` again; a failure only delays the change to the watcher's next read. */
   async #invalidateSkills(path: string): Promise<void> {
     const { bus } = this.#deps;
-    await bus.request(bus.names.skillsInvalidate, InvalidateSkillsRequest, { workspace: this.meta!.workspace, path }, InvalidateSkillsResponse, { timeoutMs: 5_000 })
+    await bus.request(SkillsRpc.Invalidate, { workspace: this.meta!.workspace, path }, { timeoutMs: 5_000 })
       .catch((error: unknown) => this.#deps.log.warn("skills not re-read after a write; the watcher will catch up", { session: this.sessionId, error: (error as Error).message }));
   }
 
