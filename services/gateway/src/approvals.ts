@@ -1,7 +1,5 @@
-import {
-  AnswerQuestionRequest, AnswerQuestionResponse, DecideApprovalRequest, DecideApprovalResponse, DecidePlanRequest, DecidePlanResponse, type gatewayV1,
-} from "@tack/proto";
-import type { Codec } from "@tack/bus";
+import { LoopRpc, type Rpc } from "@tack/bus";
+import { AnswerQuestionRequest, DecideApprovalRequest, DecidePlanRequest, type gatewayV1 } from "@tack/proto";
 import { callerActor, callerKeyId, type DecisionAction } from "./audit.js";
 import type { Call, Operation } from "./call.js";
 import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
@@ -55,22 +53,11 @@ export function decidePlan(context: GatewayContext): Operation<gatewayV1.DecideP
   };
 }
 
-/** A loop rpc that records a person's decision: its subjects and codecs (one rpc per kind of decision). */
-interface LoopDecision<Req> {
-  owner(names: GatewayContext["bus"]["names"], sessionId: string): string;
-  any(names: GatewayContext["bus"]["names"]): string;
-  readonly request: Codec<Req>;
-  readonly response: Codec<{ seq: number }>;
-}
-const DECIDE_APPROVAL: LoopDecision<DecideApprovalRequest> = {
-  owner: (names, id) => names.loopSessionDecide(id), any: (names) => names.loopDecide, request: DecideApprovalRequest, response: DecideApprovalResponse,
-};
-const ANSWER_QUESTION: LoopDecision<AnswerQuestionRequest> = {
-  owner: (names, id) => names.loopSessionAnswer(id), any: (names) => names.loopAnswer, request: AnswerQuestionRequest, response: AnswerQuestionResponse,
-};
-const DECIDE_PLAN: LoopDecision<DecidePlanRequest> = {
-  owner: (names, id) => names.loopSessionDecidePlan(id), any: (names) => names.loopDecidePlan, request: DecidePlanRequest, response: DecidePlanResponse,
-};
+/** A loop rpc that records a person's decision (one rpc per kind of decision): its reply is the logged event's seq. */
+type LoopDecision<Req> = Rpc<Req, { seq: number }, false, "session">;
+const DECIDE_APPROVAL: LoopDecision<DecideApprovalRequest> = LoopRpc.DecideApproval;
+const ANSWER_QUESTION: LoopDecision<AnswerQuestionRequest> = LoopRpc.AnswerQuestion;
+const DECIDE_PLAN: LoopDecision<DecidePlanRequest> = LoopRpc.DecidePlan;
 
 /** Who decides, from the authenticated call: the tenant as before, and the key's name and id. */
 function decider(call: Call): Pick<DecideApprovalRequest, "decidedBy" | "decidedByKey" | "decidedByKeyId"> {
@@ -81,8 +68,7 @@ function decider(call: Call): Pick<DecideApprovalRequest, "decidedBy" | "decided
 async function decide<Req>(
   context: GatewayContext, call: Call, sessionId: string, rpc: LoopDecision<Req>, request: Req, action: DecisionAction, details: Record<string, unknown>,
 ): Promise<number> {
-  const { names } = context.bus;
-  const response = await requestLoop(context, { owner: rpc.owner(names, sessionId), any: rpc.any(names) }, rpc.request, request, rpc.response);
+  const response = await requestLoop(context, rpc, sessionId, request);
   await context.index.touchSession(sessionId);
   await context.audit.recordDecision(call.tenant, sessionId, callerActor(call), action, { ...details, seq: response.seq });
   return response.seq;

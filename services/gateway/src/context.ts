@@ -1,5 +1,6 @@
 import { deriveRequest, readAll, type ModelRequest } from "@tack/log";
-import { CompleteRequest, CountTokensRequest, CountTokensResponse, type Event, type gatewayV1 } from "@tack/proto";
+import { LlmRpc } from "@tack/bus";
+import { CompleteRequest, type Event, type gatewayV1 } from "@tack/proto";
 import type { Operation } from "./call.js";
 import { requireSession, type GatewayContext } from "./gateway-context.js";
 
@@ -23,7 +24,7 @@ export function sessionContext(context: GatewayContext): Operation<gatewayV1.Get
       return { body: { session: row.id, tokens: null, note: "no model request yet: the context is measured from the first request/header on" } };
     }
     const count = async (upTo: readonly Event[]) => {
-      const r = await bus.request(bus.names.llmCount, CountTokensRequest, { request: completeRequest(row.id, deriveRequest(upTo)) }, CountTokensResponse);
+      const r = await bus.request(LlmRpc.CountTokens, { request: completeRequest(row.id, deriveRequest(upTo)) });
       return r;
     };
     const now = await count(events);

@@ -3,7 +3,8 @@
 // log as its single writer (`<ns>.loop.copy`), so nothing runs again and no model is asked.
 import { isSandboxMode, type SandboxMode } from "@tack/config";
 import { readAll } from "@tack/log";
-import { CopySessionRequest, CopySessionResponse, type Event, type gatewayV1 } from "@tack/proto";
+import { LoopRpc } from "@tack/bus";
+import { CopySessionRequest, type Event, type gatewayV1 } from "@tack/proto";
 import type { Call, Operation, Reply } from "./call.js";
 import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
@@ -26,7 +27,7 @@ async function writeCopy(context: GatewayContext, call: Call, copy: Copy): Promi
   try {
     const { bus } = context;
     const request = CopySessionRequest.fromPartial({ tenant: call.tenant, events: copy.events, objects: copy.objects.map((o) => ({ name: o.name, data: Buffer.from(o.data) })), workspace: copy.row.workspace, copiedBy: call.tenant });
-    const written = await bus.request(bus.names.loopCopy, CopySessionRequest, request, CopySessionResponse, { timeoutMs: context.options.loopTimeoutMs });
+    const written = await bus.request(LoopRpc.CopySession, request, { timeoutMs: context.options.loopTimeoutMs });
     const at = timestamp();
     const row: SessionRow = { ...copy.row, id: written.sessionId, created_at: at, updated_at: at, archived: 0 };
     await context.index.insertSession(row);

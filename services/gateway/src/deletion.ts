@@ -2,7 +2,7 @@
 // that a workspace deletion calls for each of its sessions). The loop removes what lives on
 // the bus (docs/decisions/0006-deletion.md); the gateway then removes its index row and audits.
 import { JetStreamApiError } from "@nats-io/jetstream";
-import { TackError } from "@tack/bus";
+import { LoopRpc, TackError } from "@tack/bus";
 import { DeleteSessionRequest, DeleteSessionResponse, type gatewayV1 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { auditJson, callerActor, type AuditActor, type AuditRow } from "./audit.js";
@@ -31,11 +31,10 @@ const NO_MESSAGE = 10037;
  * added to the audit record (e.g. why: a deleted workspace, the retention age).
  */
 export async function deleteSession(context: GatewayContext, row: SessionRow, actor: AuditActor, details: Readonly<Record<string, unknown>> = {}): Promise<SessionDeletion> {
-  const { names } = context.bus;
   const request = DeleteSessionRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, deletedBy: actor.kind === "api_key" ? `key:${actor.keyId}` : actor.kind });
   let removed: DeleteSessionResponse;
   try {
-    removed = await requestLoop(context, { owner: names.loopSessionDelete(row.id), any: names.loopDelete }, DeleteSessionRequest, request, DeleteSessionResponse);
+    removed = await requestLoop(context, LoopRpc.DeleteSession, row.id, request);
   } catch (error) {
     const e = TackError.from(error);
     if (e.code === "loop.busy" || e.code === "loop.session_busy") {

@@ -1,7 +1,7 @@
 // What every operation of the gateway works with (the context), and the lookups most of them
 // start with: the caller's session, and the loop replica that serves it.
 import type { JetStreamManager } from "@nats-io/jetstream";
-import { TackError, type Bus, type Codec } from "@tack/bus";
+import { TackError, type Bus, type Rpc } from "@tack/bus";
 import type { AuditLog } from "./audit.js";
 import type { Call } from "./call.js";
 import type { ReplicaChanges } from "./changes.js";
@@ -40,18 +40,19 @@ export async function requireSession(context: GatewayContext, call: Call, id: st
 }
 
 /**
- * Sends a session's request to the loop replica that owns the session (`subjects.owner`), or,
- * when none does, to any free replica on `subjects.any` (which claims the session). `options`
- * default to the configured loop timeout; a long operation passes its own (with heartbeats).
+ * Sends session `sessionId`'s request for `rpc` (e.g. `LoopRpc.SubmitMessage`) to the loop replica
+ * that owns the session (its owner route), or, when none does, to any free replica on its
+ * queue-group route (which claims the session). `options` default to the configured loop
+ * timeout; a long operation passes its own (with heartbeats).
  */
 export async function requestLoop<Req, Res>(
-  context: GatewayContext, subjects: { owner: string; any: string }, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>,
+  context: GatewayContext, rpc: Rpc<Req, Res, false, "session">, sessionId: string, request: Req,
   options: { timeoutMs: number; silenceMs?: number } = { timeoutMs: context.options.loopTimeoutMs },
 ): Promise<Res> {
   try {
-    return await context.bus.request(subjects.owner, requestCodec, request, responseCodec, options);
+    return await context.bus.request(rpc.at({ session: sessionId }), request, options);
   } catch (error) {
     if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
-    return context.bus.request(subjects.any, requestCodec, request, responseCodec, options);
+    return context.bus.request(rpc, request, options);
   }
 }

@@ -1,6 +1,5 @@
-import {
-  SetPlanModeRequest, SetPlanModeResponse, SetSandboxModeRequest, SetSandboxModeResponse, SetSessionModeRequest, SetSessionModeResponse, type gatewayV1,
-} from "@tack/proto";
+import { LoopRpc } from "@tack/bus";
+import { SetPlanModeRequest, SetSandboxModeRequest, SetSessionModeRequest, type gatewayV1 } from "@tack/proto";
 import type { Operation } from "./call.js";
 import { sandboxModeField } from "./validation.js";
 import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
@@ -15,9 +14,8 @@ export function setSandboxMode(context: GatewayContext): Operation<gatewayV1.Set
     const row = await requireSession(context, call, body.id);
     const mode = sandboxModeField("mode", body.mode);
     context.policy.checkSandboxMode(call.tenant, mode);
-    const { names } = context.bus;
     const request = SetSandboxModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, mode, changedBy: call.tenant });
-    const response = await requestLoop(context, { owner: names.loopSessionMode(row.id), any: names.loopMode }, SetSandboxModeRequest, request, SetSandboxModeResponse);
+    const response = await requestLoop(context, LoopRpc.SetSandboxMode, row.id, request);
     await context.index.setSandboxMode(row.id, mode);
     return { body: { seq: response.seq, sandbox_mode: mode } };
   };
@@ -31,9 +29,8 @@ export function setPlanMode(context: GatewayContext): Operation<gatewayV1.SetPla
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const { on } = body;
-    const { names } = context.bus;
     const request = SetPlanModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, on, changedBy: call.tenant });
-    const response = await requestLoop(context, { owner: names.loopSessionPlanMode(row.id), any: names.loopPlanMode }, SetPlanModeRequest, request, SetPlanModeResponse);
+    const response = await requestLoop(context, LoopRpc.SetPlanMode, row.id, request);
     return { body: { seq: response.seq, plan_mode: on } };
   };
 }
@@ -47,9 +44,8 @@ export function setSessionMode(context: GatewayContext): Operation<gatewayV1.Set
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const { mode } = body;
-    const { names } = context.bus;
     const request = SetSessionModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, mode, changedBy: call.tenant });
-    const response = await requestLoop(context, { owner: names.loopSessionToolsMode(row.id), any: names.loopToolsMode }, SetSessionModeRequest, request, SetSessionModeResponse);
+    const response = await requestLoop(context, LoopRpc.SetSessionMode, row.id, request);
     await context.index.setMode(row.id, mode);
     return { body: { seq: response.seq, mode } };
   };

@@ -1,5 +1,5 @@
-import { DEFAULT_SILENCE_MS } from "@tack/bus";
-import { CancelTurnRequest, CancelTurnResponse, CompactSessionRequest, CompactSessionResponse, CreateSessionRequest, CreateSessionResponse, SubmitMessageRequest, SubmitMessageResponse, type gatewayV1 } from "@tack/proto";
+import { DEFAULT_SILENCE_MS, LoopRpc } from "@tack/bus";
+import { CancelTurnRequest, CompactSessionRequest, CreateSessionRequest, SubmitMessageRequest, type gatewayV1 } from "@tack/proto";
 import type { Operation, Reply } from "./call.js";
 import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
@@ -34,9 +34,9 @@ export function createSession(context: GatewayContext): Operation<gatewayV1.Crea
       const path = await sessionWorkspace(context, context.workspaces, call.tenant, { workspace, workspace_id: workspaceId });
       const tenant = call.tenant;
       const { bus } = context;
-      const created = await bus.request(bus.names.loopCreate, CreateSessionRequest, CreateSessionRequest.fromPartial({
+      const created = await bus.request(LoopRpc.CreateSession, CreateSessionRequest.fromPartial({
         tenant, mode, model, workspace: path, sandboxMode: admitted.mode, approvalPolicy, title, budgetUsd: body.budgetUsd ?? 0, planMode,
-      }), CreateSessionResponse, { timeoutMs: context.options.loopTimeoutMs });
+      }), { timeoutMs: context.options.loopTimeoutMs });
       const at = timestamp();
       const row: SessionRow = {
         id: created.sessionId, tenant, title, model, mode, workspace: path,
@@ -137,9 +137,8 @@ function sameRow(a: SessionRow, b: SessionRow): boolean {
 export function submitMessage(context: GatewayContext): Operation<gatewayV1.SubmitMessageRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
-    const { names } = context.bus;
     const message = SubmitMessageRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, text: request.text });
-    const response = await requestLoop(context, { owner: names.loopSessionSubmit(row.id), any: names.loopSubmit }, SubmitMessageRequest, message, SubmitMessageResponse);
+    const response = await requestLoop(context, LoopRpc.SubmitMessage, row.id, message);
     await context.index.touchSession(row.id);
     return { body: { seq: response.seq, turn: response.turn } };
   };
@@ -152,9 +151,8 @@ export function submitMessage(context: GatewayContext): Operation<gatewayV1.Subm
 export function cancelTurn(context: GatewayContext): Operation<gatewayV1.CancelTurnRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
-    const { names } = context.bus;
     const message = CancelTurnRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, cancelledBy: call.tenant });
-    const response = await requestLoop(context, { owner: names.loopSessionCancel(row.id), any: names.loopCancel }, CancelTurnRequest, message, CancelTurnResponse);
+    const response = await requestLoop(context, LoopRpc.CancelTurn, row.id, message);
     await context.index.touchSession(row.id);
     return { body: { cancelled: response.cancelled, turn: response.turn } };
   };
@@ -171,9 +169,8 @@ const COMPACT_TIMEOUT_MS = 10 * 60_000;
 export function compactSession(context: GatewayContext): Operation<gatewayV1.CompactSessionRequest> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
-    const { names } = context.bus;
     const message = CompactSessionRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, compactedBy: call.tenant, instructions: request.instructions ?? "" });
-    const response = await requestLoop(context, { owner: names.loopSessionCompact(row.id), any: names.loopCompact }, CompactSessionRequest, message, CompactSessionResponse, {
+    const response = await requestLoop(context, LoopRpc.CompactSession, row.id, message, {
       timeoutMs: Math.max(COMPACT_TIMEOUT_MS, context.options.loopTimeoutMs), silenceMs: DEFAULT_SILENCE_MS,
     });
     await context.index.touchSession(row.id);

@@ -1,4 +1,5 @@
-import { WebSearchHealthRequest, WebSearchHealthResponse, type gatewayV1 } from "@tack/proto";
+import { ToolsRpc } from "@tack/bus";
+import type { gatewayV1 } from "@tack/proto";
 import { GatewayError } from "./errors.js";
 import type { Operation } from "./call.js";
 import type { GatewayContext } from "./gateway-context.js";
@@ -19,7 +20,7 @@ export function webSearchHealth(context: GatewayContext): Operation<gatewayV1.We
     }
     const { bus } = context;
     // Probes run side by side, each within its 15 s limit.
-    const health = await bus.request(bus.names.toolsWebHealth, WebSearchHealthRequest, { refresh }, WebSearchHealthResponse, { timeoutMs: 30_000 });
+    const health = await bus.request(ToolsRpc.WebSearchHealth, { refresh }, { timeoutMs: 30_000 });
     return { body: {
       selected: health.selected || null,
       selection_error: health.selectionError || null,

@@ -3,17 +3,9 @@ import { Readable, Transform } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { Objm, StorageType, type ObjectStore } from "@nats-io/obj";
 import type { Kysely, Selectable } from "kysely";
-import { TackError, type Bus } from "@tack/bus";
+import { TackError, WorkspacesRpc, type Bus } from "@tack/bus";
 import { authorizeWorkspace, tenantPolicy, WorkspaceAccessError } from "@tack/config";
-import {
-  CreateWorkspaceRequest,
-  CreateWorkspaceResponse,
-  DeleteWorkspaceRequest,
-  DeleteWorkspaceResponse,
-  ExportWorkspaceRequest,
-  ExportWorkspaceResponse,
-  type gatewayV1,
-} from "@tack/proto";
+import type { gatewayV1 } from "@tack/proto";
 import { timestamp, type Database, type WorkspacesTable } from "./db.js";
 import { GatewayError } from "./errors.js";
 import type { Call, Operation, Reply } from "./call.js";
@@ -182,7 +174,7 @@ export class WorkspaceOperations {
       });
     }
     try {
-      const created = await bus.request(bus.names.workspaceCreate, CreateWorkspaceRequest, { tenant, workspaceId: id, archiveObject }, CreateWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS })
+      const created = await bus.request(WorkspacesRpc.CreateWorkspace, { tenant, workspaceId: id, archiveObject }, { timeoutMs: SANDBOX_TIMEOUT_MS })
         .catch((error: unknown) => {
           const e = TackError.from(error);
           // The archive is the caller's to fix: say which entry broke which rule, or what tar refused.
@@ -216,7 +208,7 @@ export class WorkspaceOperations {
     const store = await this.#objects();
     const done = () => store.delete(archiveObject).then(() => undefined, () => undefined);
     try {
-      await bus.request(bus.names.workspaceExport, ExportWorkspaceRequest, { tenant: row.tenant, workspaceId: row.id, archiveObject }, ExportWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS });
+      await bus.request(WorkspacesRpc.ExportWorkspace, { tenant: row.tenant, workspaceId: row.id, archiveObject }, { timeoutMs: SANDBOX_TIMEOUT_MS });
       const result = await store.get(archiveObject);
       if (!result) throw new GatewayError(502, "gateway.archive_missing", "the workspace archive vanished before it could be sent; retry");
       return { id: row.id, size: result.info.size, data: Readable.fromWeb(result.data as unknown as WebReadableStream<Uint8Array>), done };
@@ -233,7 +225,7 @@ export class WorkspaceOperations {
       const sessions = await this.#index.sessionsOn(row.tenant, row.path);
       for (const sessionId of sessions) await this.#deleteSession(call, sessionId);
       const { bus } = this.#context;
-      await bus.request(bus.names.workspaceDelete, DeleteWorkspaceRequest, { tenant: row.tenant, workspaceId: row.id }, DeleteWorkspaceResponse, { timeoutMs: SANDBOX_TIMEOUT_MS });
+      await bus.request(WorkspacesRpc.DeleteWorkspace, { tenant: row.tenant, workspaceId: row.id }, { timeoutMs: SANDBOX_TIMEOUT_MS });
       await this.#index.remove(row.tenant, row.id);
       return { body: { id: row.id, deleted: true, sessions_deleted: sessions } };
     };
