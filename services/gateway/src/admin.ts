@@ -10,8 +10,8 @@ import type { gatewayV1 } from "@tack/proto";
 import type { KeyRow } from "./store.js";
 
 /** The JSON form of a stored key: its id (first 12 hex digits of the hash), never the key or the whole hash. */
-function keyJson(row: KeyRow) {
-  return { id: keyId(row.hash), tenant: row.tenant, role: row.role, name: row.name, source: row.source, created_at: row.created_at, revoked_at: row.revoked_at };
+function apiKey(row: KeyRow): gatewayV1.ApiKey {
+  return { id: keyId(row.hash), tenant: row.tenant, role: row.role, name: row.name, source: row.source, createdAt: row.created_at, revokedAt: row.revoked_at ?? undefined };
 }
 
 /** Refuses a caller whose key is not an admin key (403 `gateway.forbidden`, naming the role needed). */
@@ -25,7 +25,7 @@ function requireAdmin(call: Call): string {
 }
 
 /** `POST /v1/admin/keys` `{tenant?, role?, name?}`: creates a key of the admin's tenant; 201 shows the key this once. */
-export function createKey(context: GatewayContext): Operation<gatewayV1.CreateKeyRequest> {
+export function createKey(context: GatewayContext): Operation<gatewayV1.CreateKeyRequest, gatewayV1.CreatedKey> {
   return async (call, request) => {
     const tenant = requireAdmin(call);
     const role: KeyRow["role"] = request.role === "admin" ? "admin" : "member";
@@ -38,17 +38,17 @@ export function createKey(context: GatewayContext): Operation<gatewayV1.CreateKe
     const key = generateApiKey();
     const row: KeyRow = { hash: hashApiKey(key), tenant, role: body.role, name: body.name, source: "api", created_at: timestamp(), revoked_at: null };
     await context.index.insertKey(row);
-    const json = keyJson(row);
-    return { body: { ...json, key, note: "the key is shown only now; store it, the gateway keeps only its hash" }, headers: { location: `/v1/admin/keys/${json.id}` } };
+    const json = apiKey(row);
+    return { message: { ...json, key, note: "the key is shown only now; store it, the gateway keeps only its hash" }, headers: { location: `/v1/admin/keys/${json.id}` } };
   };
 }
 
 /** `GET /v1/admin/keys`: the admin's tenant's keys, revoked ones too. */
-export function listKeys(context: GatewayContext): Operation<gatewayV1.ListKeysRequest> {
+export function listKeys(context: GatewayContext): Operation<gatewayV1.ListKeysRequest, gatewayV1.ListKeysResponse> {
   return async (call) => {
     const tenant = requireAdmin(call);
     const rows = await context.index.listKeys(tenant);
-    return { body: { keys: rows.map(keyJson) } };
+    return { message: { keys: rows.map(apiKey) } };
   };
 }
 
@@ -57,7 +57,7 @@ export function listKeys(context: GatewayContext): Operation<gatewayV1.ListKeysR
  * next request on and its open event streams end. Keys from the operator configuration or
  * TACK_API_KEY are the operator's: 409, edit them where they are.
  */
-export function revokeKey(context: GatewayContext): Operation<gatewayV1.RevokeKeyRequest> {
+export function revokeKey(context: GatewayContext): Operation<gatewayV1.RevokeKeyRequest, gatewayV1.ApiKey> {
   return async (call, request) => {
     const tenant = requireAdmin(call);
     const { id } = request;
@@ -82,30 +82,30 @@ export function revokeKey(context: GatewayContext): Operation<gatewayV1.RevokeKe
     // The other gateway replicas drop the key too (src/changes.ts), before this answer is sent.
     await context.changes.announce({ key: row.hash });
     const [revoked] = await context.index.findKeys(tenant, id);
-    return { body: keyJson(revoked ?? row) };
+    return { message: apiKey(revoked ?? row) };
   };
 }
 
 /** `GET /v1/admin/tenants`: the admin's tenant with its policy and what it uses now. */
-export function listTenants(context: GatewayContext): Operation<gatewayV1.ListTenantsRequest> {
+export function listTenants(context: GatewayContext): Operation<gatewayV1.ListTenantsRequest, gatewayV1.ListTenantsResponse> {
   return async (call) => {
     const tenant = requireAdmin(call);
     const policy = context.policy.policy(tenant);
-    return { body: {
+    return { message: {
       tenants: [{
         id: tenant,
         configured: tenant in context.options.operator.tenants,
         policy: {
-          workspace_roots: policy.workspace_roots,
-          max_sandbox_mode: policy.max_sandbox_mode,
-          max_sessions: policy.max_sessions,
-          max_sandboxes: policy.max_sandboxes,
-          max_event_streams: policy.max_event_streams,
-          requests_per_minute: policy.requests_per_minute,
-          budget_usd: policy.budget_usd ?? null,
-          model_providers: policy.model_providers ?? null,
+          workspaceRoots: policy.workspace_roots,
+          maxSandboxMode: policy.max_sandbox_mode,
+          maxSessions: policy.max_sessions,
+          maxSandboxes: policy.max_sandboxes,
+          maxEventStreams: policy.max_event_streams,
+          requestsPerMinute: policy.requests_per_minute,
+          budgetUsd: policy.budget_usd,
+          modelProviders: policy.model_providers ?? [],
         },
-        usage: { sessions: await context.index.countSessions(tenant), event_streams: context.policy.streamCount(tenant) },
+        usage: { sessions: await context.index.countSessions(tenant), eventStreams: context.policy.streamCount(tenant) },
       }],
     } };
   };

@@ -13,12 +13,12 @@ import { requestLoop, requireSession, type GatewayContext } from "./gateway-cont
  * decided by the caller's key; the seq of the logged `approval/decided`, 404
  * (`loop.no_pending_approval`) when that call is not waiting.
  */
-export function decideApproval(context: GatewayContext): Operation<gatewayV1.DecideApprovalRequest> {
+export function decideApproval(context: GatewayContext): Operation<gatewayV1.DecideApprovalRequest, gatewayV1.DecisionResponse> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const request = DecideApprovalRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.callId, decision: body.decision, ...decider(call) });
     const seq = await decide(context, call, row.id, DECIDE_APPROVAL, request, "approval.decide", { call_id: request.callId, decision: request.decision });
-    return { body: { seq } };
+    return { message: { seq } };
   };
 }
 
@@ -28,13 +28,13 @@ export function decideApproval(context: GatewayContext): Operation<gatewayV1.Dec
  * `question/answered`, 400 (`loop.bad_answer`) when an answer does not fit its question, 404
  * (`loop.no_pending_question`) when that call is not waiting.
  */
-export function answerQuestion(context: GatewayContext): Operation<gatewayV1.AnswerQuestionRequest> {
+export function answerQuestion(context: GatewayContext): Operation<gatewayV1.AnswerQuestionRequest, gatewayV1.DecisionResponse> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const answers = body.answers.map((a) => ({ selected: a.selected, other: a.other }));
     const request = AnswerQuestionRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.callId, answers, ...decider(call) });
     const seq = await decide(context, call, row.id, ANSWER_QUESTION, request, "question.answer", { call_id: request.callId });
-    return { body: { seq } };
+    return { message: { seq } };
   };
 }
 
@@ -44,12 +44,12 @@ export function answerQuestion(context: GatewayContext): Operation<gatewayV1.Ans
  * `feedback` goes to the model. The seq of the logged `plan/decided`, 404 (`loop.no_pending_plan`)
  * when no plan waits.
  */
-export function decidePlan(context: GatewayContext): Operation<gatewayV1.DecidePlanRequest> {
+export function decidePlan(context: GatewayContext): Operation<gatewayV1.DecidePlanRequest, gatewayV1.DecisionResponse> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const request = DecidePlanRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, callId: body.callId ?? "", approve: body.approve, feedback: body.feedback, ...decider(call) });
     const seq = await decide(context, call, row.id, DECIDE_PLAN, request, "plan.decide", { call_id: request.callId, decision: request.approve ? "approve" : "reject" });
-    return { body: { seq } };
+    return { message: { seq } };
   };
 }
 

@@ -81,24 +81,19 @@ export class AuditLog {
   }
 }
 
-/** A record's `details` (JSON text in the index) as the JSON object it holds. */
-function parseDetails(text: string): unknown {
-  return JSON.parse(text);
-}
-
-/** The JSON form of a record. */
-export function auditJson(row: AuditRow) {
+/** A record as the API's message (`details` stays JSON text; REST writes it as the object). */
+export function auditRecord(row: AuditRow): gatewayV1.AuditRecord {
   return {
-    id: row.id, at: row.at, actor: row.actor, key_id: row.key_id, ...(row.key_name !== null ? { key_name: row.key_name } : {}),
-    action: row.action, session_id: row.session_id, details: parseDetails(row.details),
+    id: row.id, at: row.at, actor: row.actor, keyId: row.key_id ?? undefined, keyName: row.key_name ?? undefined,
+    action: row.action, sessionId: row.session_id ?? undefined, details: row.details,
   };
 }
 
 /** `ListAudit`: the caller's tenant's audit records, newest first (`limit`, `offset`). */
-export function listAudit(audit: AuditLog): Operation<gatewayV1.ListAuditRequest> {
+export function listAudit(audit: AuditLog): Operation<gatewayV1.ListAuditRequest, gatewayV1.ListAuditResponse> {
   return async (call, query) => {
     const { limit, offset } = query;
     const rows = await audit.list(call.tenant, limit, offset);
-    return { body: { records: rows.map(auditJson), limit, offset } };
+    return { message: { records: rows.map(auditRecord), limit, offset } };
   };
 }

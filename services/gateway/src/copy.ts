@@ -10,7 +10,7 @@ import { timestamp } from "./db.js";
 import { GatewayError } from "./errors.js";
 import { BUNDLE_FORMAT, spilledObjects } from "./export.js";
 import { requireSession, type GatewayContext } from "./gateway-context.js";
-import { sessionJson } from "./sessions.js";
+import { sessionMessage } from "./sessions.js";
 import type { SessionRow } from "./store.js";
 import { sessionWorkspace } from "./workspaces.js";
 
@@ -22,7 +22,7 @@ interface Copy {
 }
 
 /** Admits the new session (the tenant's limits), has the loop write it, and indexes it. */
-async function writeCopy(context: GatewayContext, call: Call, copy: Copy): Promise<Reply> {
+async function writeCopy(context: GatewayContext, call: Call, copy: Copy): Promise<Reply<gatewayV1.Session>> {
   const admitted = await context.policy.admitSession(call.tenant, { model: copy.row.model, sandboxMode: copy.row.sandbox_mode });
   try {
     const { bus } = context;
@@ -31,14 +31,14 @@ async function writeCopy(context: GatewayContext, call: Call, copy: Copy): Promi
     const at = timestamp();
     const row: SessionRow = { ...copy.row, id: written.sessionId, created_at: at, updated_at: at, archived: 0 };
     await context.index.insertSession(row);
-    return { body: sessionJson(context, row), headers: { location: `/v1/sessions/${row.id}` } };
+    return { message: sessionMessage(context, row), headers: { location: `/v1/sessions/${row.id}` } };
   } finally {
     admitted.release();
   }
 }
 
 /** `ForkSession`: a new session whose log is this one's up to the `turn/end` of turn `turn`. */
-export function forkSession(context: GatewayContext): Operation<gatewayV1.ForkSessionRequest> {
+export function forkSession(context: GatewayContext): Operation<gatewayV1.ForkSessionRequest, gatewayV1.Session> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { turn } = request;
@@ -58,7 +58,7 @@ export function forkSession(context: GatewayContext): Operation<gatewayV1.ForkSe
 }
 
 /** `ImportSession`: a new session from an exported bundle, in its workspace (or the one given) if the tenant may use it. */
-export function importSession(context: GatewayContext): Operation<gatewayV1.ImportSessionRequest> {
+export function importSession(context: GatewayContext): Operation<gatewayV1.ImportSessionRequest, gatewayV1.Session> {
   return async (call, request) => {
     if (request.format !== BUNDLE_FORMAT) throw new GatewayError(400, "gateway.invalid_request", `invalid request body: format: must be "${BUNDLE_FORMAT}"`);
     const { session, events } = request;

@@ -5,7 +5,7 @@ import { JetStreamApiError } from "@nats-io/jetstream";
 import { LoopRpc, TackError } from "@tack/bus";
 import { DeleteSessionRequest, DeleteSessionResponse, type gatewayV1 } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
-import { auditJson, callerActor, type AuditActor, type AuditRow } from "./audit.js";
+import { auditRecord, callerActor, type AuditActor, type AuditRow } from "./audit.js";
 import { GatewayError } from "./errors.js";
 import type { Operation } from "./call.js";
 import { requestLoop, requireSession, type GatewayContext } from "./gateway-context.js";
@@ -52,14 +52,14 @@ export async function deleteSession(context: GatewayContext, row: SessionRow, ac
 }
 
 /** `DELETE /v1/sessions/:id`: deletes the caller's session (see `deleteSession`); another tenant's is a 404 and stays untouched. */
-export function deleteSessionRoute(context: GatewayContext): Operation<gatewayV1.DeleteSessionRequest> {
+export function deleteSessionRoute(context: GatewayContext): Operation<gatewayV1.DeleteSessionRequest, gatewayV1.DeleteSessionResponse> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { record, removed } = await deleteSession(context, row, callerActor(call));
-    return { body: {
+    return { message: {
       id: row.id, deleted: true,
-      removed: { log_messages: removed.logMessages, spill_objects: removed.spillObjects, sandboxes: removed.sandboxesRemoved },
-      audit: auditJson(record),
+      removed: { logMessages: removed.logMessages, spillObjects: removed.spillObjects, sandboxes: removed.sandboxesRemoved },
+      audit: auditRecord(record),
     } };
   };
 }

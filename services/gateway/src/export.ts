@@ -2,10 +2,10 @@
 // results and images), for ExportSession (`GET /v1/sessions/:id/export`).
 import { Objm } from "@nats-io/obj";
 import { readAll } from "@tack/log";
-import { Event, type gatewayV1 } from "@tack/proto";
+import type { Event, gatewayV1 } from "@tack/proto";
 import type { Operation } from "./call.js";
 import { requireSession, type GatewayContext } from "./gateway-context.js";
-import { sessionJson } from "./sessions.js";
+import { sessionMessage } from "./sessions.js";
 import type { SessionRow } from "./store.js";
 
 /** The format name a bundle carries. */
@@ -41,14 +41,14 @@ export async function spilledObjects(context: GatewayContext, row: SessionRow, e
  * in its JSON form, as the event stream sends it) and every spilled object a `tool/result` names
  * (its bytes in base64). Objects already gone (deleted with an older session) are left out.
  */
-export function exportSession(context: GatewayContext): Operation<gatewayV1.ExportSessionRequest> {
+export function exportSession(context: GatewayContext): Operation<gatewayV1.ExportSessionRequest, gatewayV1.SessionBundle> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const { bus } = context;
     const events = await readAll(bus.nc, bus.names, { tenant: row.tenant, sessionId: row.id });
-    const objects = (await spilledObjects(context, row, events)).map((o) => ({ name: o.name, data: Buffer.from(o.data).toString("base64") }));
+    const objects = (await spilledObjects(context, row, events)).map((o) => ({ name: o.name, data: Buffer.from(o.data) }));
     return {
-      body: { format: BUNDLE_FORMAT, session: sessionJson(context, row), events: events.map((e) => Event.toJSON(e)), objects },
+      message: { format: BUNDLE_FORMAT, session: sessionMessage(context, row), events, objects },
       headers: { "content-disposition": `attachment; filename="${row.id}.json"` },
     };
   };

@@ -5,15 +5,15 @@
 import { DeliverPolicy, jetstream, JetStreamApiError, type ConsumerMessages, type JetStreamManager } from "@nats-io/jetstream";
 import type { Bus } from "@tack/bus";
 import { checkEvent, readSession, SessionState } from "@tack/log";
-import { Event } from "@tack/proto";
-import { sessionStateJson, type SessionStateJson } from "./session-state.js";
+import { Event, type gatewayV1 } from "@tack/proto";
+import { sessionStateMessage, type SessionStateMessage } from "./session-state.js";
 import type { SessionRow } from "./store.js";
-import { UsageFold, type SessionUsage } from "./usage.js";
+import { UsageFold } from "./usage.js";
 
 /** What the view of one session says, as of the moment it was asked. */
 export interface SessionView {
-  readonly state: SessionStateJson;
-  readonly usage: SessionUsage;
+  readonly state: SessionStateMessage;
+  readonly usage: gatewayV1.SessionUsage;
   /** The seq of the last event in the log (0 for an empty log). */
   readonly lastSeq: number;
 }
@@ -224,7 +224,7 @@ class SessionFeed {
 
   /** The same object until an event is applied (callers may key what they derive from it by identity). */
   view(): SessionView {
-    return this.#view ??= { state: sessionStateJson(this.#state), usage: this.#usage.snapshot(), lastSeq: this.lastSeq };
+    return this.#view ??= { state: sessionStateMessage(this.#state), usage: this.#usage.snapshot(), lastSeq: this.lastSeq };
   }
 
   /** The seq of the oldest event still kept for followers (the next one when none is kept). */
@@ -544,6 +544,6 @@ export class SessionFeeds {
       usage.apply(event);
       lastSeq = event.seq;
     }
-    return { state: sessionStateJson(state), usage: usage.snapshot(), lastSeq };
+    return { state: sessionStateMessage(state), usage: usage.snapshot(), lastSeq };
   }
 }

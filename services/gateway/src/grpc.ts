@@ -8,7 +8,7 @@ import { TackError } from "@tack/bus";
 import { gatewayV1, healthV1, type Event } from "@tack/proto";
 import type { Logger } from "@tack/telemetry";
 import { authenticateKey } from "./auth.js";
-import { endpointOf, messageCodec, type Call, type Endpoint } from "./call.js";
+import { endpointOf, type Call, type Endpoint } from "./call.js";
 import { GatewayError, grpcStatusOf, toHttpError } from "./errors.js";
 import { openEvents, streamPosition } from "./events.js";
 import { CONTRACT } from "./gen/contract.js";
@@ -78,13 +78,11 @@ export async function startGrpc(options: GrpcOptions, host: string, port: number
     }
   };
 
-  // The response's fromJSON takes the REST form's snake_case names.
-  const unary = (rpc: string, response: { fromJSON(object: unknown): unknown }, operation: Endpoint) =>
+  // The operation's response message is sent as it is.
+  const unary = (rpc: string, operation: Endpoint) =>
     (call: AnyCall, callback: (error: Partial<ServiceError> | null, value?: unknown) => void) => {
-      run(rpc, call, async (caller) => {
-        const { body } = await operation.run(caller, grpcRequest(rpc, decoded(rpc, call.request)));
-        return response.fromJSON(protoForm(body));
-      }).then((value) => callback(null, value), (error: unknown) => callback(grpcError(error, log, rpc)));
+      run(rpc, call, async (caller) => (await operation.run(caller, grpcRequest(rpc, decoded(rpc, call.request)))).message)
+        .then((value) => callback(null, value), (error: unknown) => callback(grpcError(error, log, rpc)));
     };
 
   const implementation: UntypedServiceImplementation = {};
@@ -94,7 +92,7 @@ export async function startGrpc(options: GrpcOptions, host: string, port: number
     else if (spec.rpc === "ExportWorkspace") implementation[name] = exportWorkspace(options, run);
     else if (spec.rpc === "CreateWorkspace") implementation[name] = createWorkspace(options, run);
     else {
-      implementation[name] = unary(spec.rpc, messageCodec(spec.responseType), endpointOf(options.operations, spec));
+      implementation[name] = unary(spec.rpc, endpointOf(options.operations, spec));
     }
   }
   server.addService(tolerantDecoding(gatewayV1.GatewayService), implementation);
@@ -224,8 +222,7 @@ function createWorkspace(options: GrpcOptions, run: Runner) {
       const { title } = gatewayV1.CreateWorkspaceRequest.fromJSON(grpcRequest("CreateWorkspace", message));
       options.workspaces.checkDeclaredSize(message.archive.length);
       const archive = message.archive.length > 0 ? Readable.from([Buffer.from(message.archive)]) : undefined;
-      const { body } = await options.workspaces.create(caller, { title, archive });
-      return gatewayV1.Workspace.fromJSON(body);
+      return (await options.workspaces.create(caller, { title, archive })).message;
     }).then((value) => callback(null, value), (error: unknown) => callback(grpcError(error, options.log, "CreateWorkspace")));
   };
 }
@@ -283,13 +280,4 @@ function decoded<T>(rpc: string, request: T | Undecodable): T {
     throw new GatewayError(400, "gateway.invalid_request", `the request is not a valid ${CONTRACT.operations.find((o) => o.rpc === rpc)?.requestType ?? rpc} message (${request.problem}); encode it with the tack.gateway.v1 protobuf definitions`);
   }
   return request;
-}
-
-/** The REST form made fit for the proto messages' fromJSON: an audit record's `details` object is JSON text in the proto. */
-function protoForm(body: unknown): unknown {
-  if (Array.isArray(body)) return body.map(protoForm);
-  if (body && typeof body === "object") {
-    return Object.fromEntries(Object.entries(body).map(([k, v]) => [k, k === "details" && v !== null && typeof v === "object" ? JSON.stringify(v) : protoForm(v)]));
-  }
-  return body;
 }

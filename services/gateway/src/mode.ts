@@ -9,7 +9,7 @@ import { requestLoop, requireSession, type GatewayContext } from "./gateway-cont
  * of the logged `sandbox/mode` (0 when it already was that mode), 409 while a turn runs
  * (`loop.busy`) or a process started under a wider mode still runs (`loop.mode_change_refused`).
  */
-export function setSandboxMode(context: GatewayContext): Operation<gatewayV1.SetSandboxModeRequest> {
+export function setSandboxMode(context: GatewayContext): Operation<gatewayV1.SetSandboxModeRequest, gatewayV1.SetSandboxModeResponse> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const mode = sandboxModeField("mode", body.mode);
@@ -17,7 +17,7 @@ export function setSandboxMode(context: GatewayContext): Operation<gatewayV1.Set
     const request = SetSandboxModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, mode, changedBy: call.tenant });
     const response = await requestLoop(context, LoopRpc.SetSandboxMode, row.id, request);
     await context.index.setSandboxMode(row.id, mode);
-    return { body: { seq: response.seq, sandbox_mode: mode } };
+    return { message: { seq: response.seq, sandboxMode: mode } };
   };
 }
 
@@ -25,13 +25,13 @@ export function setSandboxMode(context: GatewayContext): Operation<gatewayV1.Set
  * `SetPlanMode`: turns plan mode on (tools that can write are refused until a plan is approved)
  * or off, changed by the caller's tenant; the seq of the logged `plan/mode` (0 when it already was).
  */
-export function setPlanMode(context: GatewayContext): Operation<gatewayV1.SetPlanModeRequest> {
+export function setPlanMode(context: GatewayContext): Operation<gatewayV1.SetPlanModeRequest, gatewayV1.SetPlanModeResponse> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const { on } = body;
     const request = SetPlanModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, on, changedBy: call.tenant });
     const response = await requestLoop(context, LoopRpc.SetPlanMode, row.id, request);
-    return { body: { seq: response.seq, plan_mode: on } };
+    return { message: { seq: response.seq, planMode: on } };
   };
 }
 
@@ -40,13 +40,13 @@ export function setPlanMode(context: GatewayContext): Operation<gatewayV1.SetPla
  * message; the seq of the logged `session/mode` (0 when it already was that mode), 409
  * (`loop.mode_fixed`) once the session has messages, 400 for a mode the tools service lacks.
  */
-export function setSessionMode(context: GatewayContext): Operation<gatewayV1.SetSessionModeRequest> {
+export function setSessionMode(context: GatewayContext): Operation<gatewayV1.SetSessionModeRequest, gatewayV1.SetSessionModeResponse> {
   return async (call, body) => {
     const row = await requireSession(context, call, body.id);
     const { mode } = body;
     const request = SetSessionModeRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, mode, changedBy: call.tenant });
     const response = await requestLoop(context, LoopRpc.SetSessionMode, row.id, request);
     await context.index.setMode(row.id, mode);
-    return { body: { seq: response.seq, mode } };
+    return { message: { seq: response.seq, mode } };
   };
 }

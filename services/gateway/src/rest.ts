@@ -14,6 +14,7 @@ import type { Exchange, Handler } from "./http.js";
 import { errorReply, GatewayError, toHttpError } from "./errors.js";
 import { openEvents, streamPosition } from "./events.js";
 import { CONTRACT, type OperationSpec } from "./gen/contract.js";
+import { restWorkspace } from "./gen/rest-json.js";
 import type { GatewayContext } from "./gateway-context.js";
 import { schemaError, validatorCompiler, type SchemaIssue } from "./validation.js";
 import type { WorkspaceOperations } from "./workspaces.js";
@@ -214,9 +215,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
       preValidation: async (request) => requireBody(spec, request),
       handler: async (request, reply) => {
         const result = await inSpan(request, () => operation.run(callOf(request), requestOf(query, request)));
-        // Already serialized (JSON.stringify of the body, as Fastify would have): sent as it is.
-        if (result.json !== undefined) return reply.code(spec.status).headers(result.headers ?? {}).type("application/json; charset=utf-8").send(result.json);
-        return reply.code(spec.status).headers(result.headers ?? {}).send(result.body);
+        return reply.code(spec.status).headers(result.headers ?? {}).type("application/json; charset=utf-8").send(result.json());
       },
     });
   }
@@ -257,7 +256,7 @@ export async function buildRest(options: RestOptions): Promise<FastifyInstance> 
         }
         const { title } = gatewayV1.CreateWorkspaceRequest.fromJSON(request.query);
         const result = await inSpan(request, () => workspaces.create(callOf(request), { title, archive: hasBody ? request.raw : undefined }));
-        return reply.code(create.status).headers(result.headers ?? {}).send(result.body);
+        return reply.code(create.status).headers(result.headers ?? {}).type("application/json; charset=utf-8").send(JSON.stringify(restWorkspace(result.message)));
       },
     });
     const exported = operationSpec("ExportWorkspace");

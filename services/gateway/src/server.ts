@@ -17,6 +17,7 @@ import { deleteSession, deleteSessionRoute, startRetentionSweep } from "./deleti
 import { exportSession } from "./export.js";
 import { SessionFeeds } from "./feeds.js";
 import { startGrpc, type GrpcGateway } from "./grpc.js";
+import { restApiKey, restCancelTurnResponse, restCompactSessionResponse, restCreatedKey, restDecisionResponse, restDeleteSessionResponse, restDeleteWorkspaceResponse, restGetContextResponse, restGetTodosResponse, restGetUsageResponse, restListAuditResponse, restListKeysResponse, restListSessionsResponse, restListTenantsResponse, restListWorkspacesResponse, restSession, restSessionBundle, restSessionDetail, restSetPlanModeResponse, restSetSandboxModeResponse, restSetSessionModeResponse, restSubmitMessageResponse, restWebSearchHealthResponse } from "./gen/rest-json.js";
 import { setPlanMode, setSandboxMode, setSessionMode } from "./mode.js";
 import { openApiDocument } from "./openapi.js";
 import { compileOptions, type GatewayOptions } from "./options.js";
@@ -90,36 +91,36 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     const sweeper = startRetentionSweep(context, { maxAgeDays: retention.sessionMaxAgeDays, intervalMs: retention.sweepIntervalMinutes * 60_000 }, log);
     cleanup.push(() => sweeper.stop());
 
-    // One function per unary rpc of tack.gateway.v1.Gateway, bound to its request message; REST and gRPC both call these.
+    // One function per unary rpc of tack.gateway.v1.Gateway, bound to its request message and its response message's REST encoder; REST and gRPC both call these.
     const operations: Record<string, Endpoint> = {
-      CreateSession: endpoint(gatewayV1.CreateSessionRequest, createSession(context)),
-      ListSessions: endpoint(gatewayV1.ListSessionsRequest, listSessions(context)),
-      GetSession: endpoint(gatewayV1.GetSessionRequest, getSession(context)),
-      DeleteSession: endpoint(gatewayV1.DeleteSessionRequest, deleteSessionRoute(context)),
-      SubmitMessage: endpoint(gatewayV1.SubmitMessageRequest, submitMessage(context)),
-      DecideApproval: endpoint(gatewayV1.DecideApprovalRequest, decideApproval(context)),
-      AnswerQuestion: endpoint(gatewayV1.AnswerQuestionRequest, answerQuestion(context)),
-      DecidePlan: endpoint(gatewayV1.DecidePlanRequest, decidePlan(context)),
-      SetPlanMode: endpoint(gatewayV1.SetPlanModeRequest, setPlanMode(context)),
-      SetSessionMode: endpoint(gatewayV1.SetSessionModeRequest, setSessionMode(context)),
-      SetSandboxMode: endpoint(gatewayV1.SetSandboxModeRequest, setSandboxMode(context)),
-      GetTodos: endpoint(gatewayV1.GetTodosRequest, getTodos(context)),
-      GetContext: endpoint(gatewayV1.GetContextRequest, sessionContext(context)),
-      CancelTurn: endpoint(gatewayV1.CancelTurnRequest, cancelTurn(context)),
-      CompactSession: endpoint(gatewayV1.CompactSessionRequest, compactSession(context)),
-      ArchiveSession: endpoint(gatewayV1.ArchiveSessionRequest, archiveSession(context)),
-      ExportSession: endpoint(gatewayV1.ExportSessionRequest, exportSession(context)),
-      ForkSession: endpoint(gatewayV1.ForkSessionRequest, forkSession(context)),
-      ImportSession: endpoint(gatewayV1.ImportSessionRequest, importSession(context)),
-      GetUsage: endpoint(gatewayV1.GetUsageRequest, tenantUsage(context)),
-      ListAudit: endpoint(gatewayV1.ListAuditRequest, listAudit(context.audit)),
-      WebSearchHealth: endpoint(gatewayV1.WebSearchHealthRequest, webSearchHealth(context)),
-      ListWorkspaces: endpoint(gatewayV1.ListWorkspacesRequest, workspaces.list()),
-      DeleteWorkspace: endpoint(gatewayV1.DeleteWorkspaceRequest, workspaces.delete()),
-      CreateKey: endpoint(gatewayV1.CreateKeyRequest, createKey(context)),
-      ListKeys: endpoint(gatewayV1.ListKeysRequest, listKeys(context)),
-      RevokeKey: endpoint(gatewayV1.RevokeKeyRequest, revokeKey(context)),
-      ListTenants: endpoint(gatewayV1.ListTenantsRequest, listTenants(context)),
+      CreateSession: endpoint(gatewayV1.CreateSessionRequest, restSession, createSession(context)),
+      ListSessions: endpoint(gatewayV1.ListSessionsRequest, restListSessionsResponse, listSessions(context)),
+      GetSession: endpoint(gatewayV1.GetSessionRequest, restSessionDetail, getSession(context)),
+      DeleteSession: endpoint(gatewayV1.DeleteSessionRequest, restDeleteSessionResponse, deleteSessionRoute(context)),
+      SubmitMessage: endpoint(gatewayV1.SubmitMessageRequest, restSubmitMessageResponse, submitMessage(context)),
+      DecideApproval: endpoint(gatewayV1.DecideApprovalRequest, restDecisionResponse, decideApproval(context)),
+      AnswerQuestion: endpoint(gatewayV1.AnswerQuestionRequest, restDecisionResponse, answerQuestion(context)),
+      DecidePlan: endpoint(gatewayV1.DecidePlanRequest, restDecisionResponse, decidePlan(context)),
+      SetPlanMode: endpoint(gatewayV1.SetPlanModeRequest, restSetPlanModeResponse, setPlanMode(context)),
+      SetSessionMode: endpoint(gatewayV1.SetSessionModeRequest, restSetSessionModeResponse, setSessionMode(context)),
+      SetSandboxMode: endpoint(gatewayV1.SetSandboxModeRequest, restSetSandboxModeResponse, setSandboxMode(context)),
+      GetTodos: endpoint(gatewayV1.GetTodosRequest, restGetTodosResponse, getTodos(context)),
+      GetContext: endpoint(gatewayV1.GetContextRequest, restGetContextResponse, sessionContext(context)),
+      CancelTurn: endpoint(gatewayV1.CancelTurnRequest, restCancelTurnResponse, cancelTurn(context)),
+      CompactSession: endpoint(gatewayV1.CompactSessionRequest, restCompactSessionResponse, compactSession(context)),
+      ArchiveSession: endpoint(gatewayV1.ArchiveSessionRequest, restSession, archiveSession(context)),
+      ExportSession: endpoint(gatewayV1.ExportSessionRequest, restSessionBundle, exportSession(context)),
+      ForkSession: endpoint(gatewayV1.ForkSessionRequest, restSession, forkSession(context)),
+      ImportSession: endpoint(gatewayV1.ImportSessionRequest, restSession, importSession(context)),
+      GetUsage: endpoint(gatewayV1.GetUsageRequest, restGetUsageResponse, tenantUsage(context)),
+      ListAudit: endpoint(gatewayV1.ListAuditRequest, restListAuditResponse, listAudit(context.audit)),
+      WebSearchHealth: endpoint(gatewayV1.WebSearchHealthRequest, restWebSearchHealthResponse, webSearchHealth(context)),
+      ListWorkspaces: endpoint(gatewayV1.ListWorkspacesRequest, restListWorkspacesResponse, workspaces.list()),
+      DeleteWorkspace: endpoint(gatewayV1.DeleteWorkspaceRequest, restDeleteWorkspaceResponse, workspaces.delete()),
+      CreateKey: endpoint(gatewayV1.CreateKeyRequest, restCreatedKey, createKey(context)),
+      ListKeys: endpoint(gatewayV1.ListKeysRequest, restListKeysResponse, listKeys(context)),
+      RevokeKey: endpoint(gatewayV1.RevokeKeyRequest, restApiKey, revokeKey(context)),
+      ListTenants: endpoint(gatewayV1.ListTenantsRequest, restListTenantsResponse, listTenants(context)),
     };
     let document: Record<string, unknown> | undefined;
     const routes: { method: string; url: string }[] = [];

@@ -9,17 +9,17 @@ import type { SessionFilter, SessionRow } from "./store.js";
 import { sandboxModeField } from "./validation.js";
 import { sessionWorkspace } from "./workspaces.js";
 
-/** The JSON form of an index row (`tack.gateway.v1.Session`). */
-export function sessionJson(context: GatewayContext, row: SessionRow) {
+/** An index row as the API's message (`tack.gateway.v1.Session`). */
+export function sessionMessage(context: GatewayContext, row: SessionRow): gatewayV1.Session {
   return {
     id: row.id, tenant: row.tenant, title: row.title, model: row.model, mode: row.mode, workspace: row.workspace,
-    sandbox_mode: row.sandbox_mode, approval_policy: row.approval_policy, subject: context.bus.names.logSubject(row.tenant, row.id),
-    created_at: row.created_at, updated_at: row.updated_at, archived: row.archived === 1,
+    sandboxMode: row.sandbox_mode, approvalPolicy: row.approval_policy, subject: context.bus.names.logSubject(row.tenant, row.id),
+    createdAt: row.created_at, updatedAt: row.updated_at, archived: row.archived === 1, planMode: undefined,
   };
 }
 
 /** `CreateSession`: asks the loop to create a session, then indexes it. */
-export function createSession(context: GatewayContext): Operation<gatewayV1.CreateSessionRequest> {
+export function createSession(context: GatewayContext): Operation<gatewayV1.CreateSessionRequest, gatewayV1.Session> {
   return async (call, body) => {
     const { workspace, workspaceId } = body;
     if ((workspace === undefined) === (workspaceId === undefined)) {
@@ -43,7 +43,7 @@ export function createSession(context: GatewayContext): Operation<gatewayV1.Crea
         sandbox_mode: admitted.mode, approval_policy: approvalPolicy, created_at: at, updated_at: at, archived: 0,
       };
       await context.index.insertSession(row);
-      return { body: { ...sessionJson(context, row), plan_mode: planMode, subject: created.subject }, headers: { location: `/v1/sessions/${row.id}` } };
+      return { message: { ...sessionMessage(context, row), planMode, subject: created.subject }, headers: { location: `/v1/sessions/${row.id}` } };
     } finally {
       admitted.release();
     }
@@ -73,7 +73,7 @@ function isoTime(name: string, value: string): string {
 }
 
 /** `ListSessions`: the caller's sessions, newest first, filtered (archived, workspace, creation time) and paged by offset or cursor. */
-export function listSessions(context: GatewayContext): Operation<gatewayV1.ListSessionsRequest> {
+export function listSessions(context: GatewayContext): Operation<gatewayV1.ListSessionsRequest, gatewayV1.ListSessionsResponse> {
   return async (call, query) => {
     const { limit, offset, workspace } = query;
     const filter: { -readonly [K in keyof SessionFilter]: SessionFilter[K] } = { archived: query.archived === true };
@@ -90,8 +90,8 @@ export function listSessions(context: GatewayContext): Operation<gatewayV1.ListS
     // One row more than asked tells whether a next page exists.
     const rows = await context.index.listSessions(call.tenant, limit + 1, offset, filter);
     const page = rows.slice(0, limit);
-    const next = rows.length > limit ? { next_cursor: encodeCursor(page.at(-1)!) } : {};
-    return { body: { sessions: page.map((r) => sessionJson(context, r)), limit, offset, ...next } };
+    const nextCursor = rows.length > limit ? encodeCursor(page.at(-1)!) : undefined;
+    return { message: { sessions: page.map((r) => sessionMessage(context, r)), limit, offset, nextCursor } };
   };
 }
 
@@ -100,19 +100,18 @@ export function listSessions(context: GatewayContext): Operation<gatewayV1.ListS
  * per turn), and from the log: the mode, plan mode, the task list and the tool calls waiting for
  * a person (approvals, questions, a plan).
  */
-export function getSession(context: GatewayContext): Operation<gatewayV1.GetSessionRequest> {
+export function getSession(context: GatewayContext): Operation<gatewayV1.GetSessionRequest, gatewayV1.SessionDetail> {
   // The last answer per session, reused while the feed's view is the same object (no event applied
   // since) and the index row reads the same: a session polled by many callers is built and
   // serialized once per change, not once per request.
-  const answers = new Map<string, { row: SessionRow; view: SessionView; reply: Reply }>();
+  const answers = new Map<string, { row: SessionRow; view: SessionView; reply: Reply<gatewayV1.SessionDetail> }>();
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const view = await context.feeds.view(row);
     const last = answers.get(row.id);
     if (last && last.view === view && sameRow(last.row, row)) return last.reply;
     const { mode, ...state } = view.state;
-    const body = { ...sessionJson(context, row), mode: mode ?? row.mode, ...state, last_seq: view.lastSeq, usage: view.usage };
-    const reply = { body, json: JSON.stringify(body) };
+    const reply = { message: { ...sessionMessage(context, row), mode: mode ?? row.mode, ...state, lastSeq: view.lastSeq, usage: view.usage } };
     if (answers.size >= 10_000) answers.clear();
     answers.set(row.id, { row, view, reply });
     return reply;
@@ -120,10 +119,10 @@ export function getSession(context: GatewayContext): Operation<gatewayV1.GetSess
 }
 
 /** `GetTodos`: the session's current task list (the last `todo_write`). */
-export function getTodos(context: GatewayContext): Operation<gatewayV1.GetTodosRequest> {
+export function getTodos(context: GatewayContext): Operation<gatewayV1.GetTodosRequest, gatewayV1.GetTodosResponse> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
-    return { body: { todos: (await context.feeds.view(row)).state.todos } };
+    return { message: { todos: (await context.feeds.view(row)).state.todos } };
   };
 }
 
@@ -134,13 +133,13 @@ function sameRow(a: SessionRow, b: SessionRow): boolean {
 }
 
 /** `SubmitMessage`: hands the text to the session's loop replica (see `requestLoop`). */
-export function submitMessage(context: GatewayContext): Operation<gatewayV1.SubmitMessageRequest> {
+export function submitMessage(context: GatewayContext): Operation<gatewayV1.SubmitMessageRequest, gatewayV1.SubmitMessageResponse> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const message = SubmitMessageRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, text: request.text });
     const response = await requestLoop(context, LoopRpc.SubmitMessage, row.id, message);
     await context.index.touchSession(row.id);
-    return { body: { seq: response.seq, turn: response.turn } };
+    return { message: { seq: response.seq, turn: response.turn } };
   };
 }
 
@@ -148,13 +147,13 @@ export function submitMessage(context: GatewayContext): Operation<gatewayV1.Subm
  * `CancelTurn`: asks the session's loop replica to stop the running turn (`stopTurn`): it ends
  * with `turn/end` reason `cancelled` at its next step boundary. `cancelled: false` when no turn runs.
  */
-export function cancelTurn(context: GatewayContext): Operation<gatewayV1.CancelTurnRequest> {
+export function cancelTurn(context: GatewayContext): Operation<gatewayV1.CancelTurnRequest, gatewayV1.CancelTurnResponse> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const message = CancelTurnRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, cancelledBy: call.tenant });
     const response = await requestLoop(context, LoopRpc.CancelTurn, row.id, message);
     await context.index.touchSession(row.id);
-    return { body: { cancelled: response.cancelled, turn: response.turn } };
+    return { message: { cancelled: response.cancelled, turn: response.turn } };
   };
 }
 
@@ -166,7 +165,7 @@ const COMPACT_TIMEOUT_MS = 10 * 60_000;
  * the same events as when the context fills up. 409 `loop.compact_busy` while a turn runs;
  * `compacted: false` and a note when there is nothing to compact.
  */
-export function compactSession(context: GatewayContext): Operation<gatewayV1.CompactSessionRequest> {
+export function compactSession(context: GatewayContext): Operation<gatewayV1.CompactSessionRequest, gatewayV1.CompactSessionResponse> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const message = CompactSessionRequest.fromPartial({ tenant: row.tenant, sessionId: row.id, compactedBy: call.tenant, instructions: request.instructions ?? "" });
@@ -174,20 +173,20 @@ export function compactSession(context: GatewayContext): Operation<gatewayV1.Com
       timeoutMs: Math.max(COMPACT_TIMEOUT_MS, context.options.loopTimeoutMs), silenceMs: DEFAULT_SILENCE_MS,
     });
     await context.index.touchSession(row.id);
-    return { body: {
-      compacted: response.compacted, note: response.note, seq: response.seq, from_seq: response.fromSeq, to_seq: response.toSeq,
-      tokens_before: response.tokensBefore, tokens_after: response.tokensAfter, cost_usd: response.costUsd,
+    return { message: {
+      compacted: response.compacted, note: response.note, seq: response.seq, fromSeq: response.fromSeq, toSeq: response.toSeq,
+      tokensBefore: response.tokensBefore, tokensAfter: response.tokensAfter, costUsd: response.costUsd,
     } };
   };
 }
 
 /** `ArchiveSession`: hides the session from the default list (`archived: false` brings it back); its log is untouched. */
-export function archiveSession(context: GatewayContext): Operation<gatewayV1.ArchiveSessionRequest> {
+export function archiveSession(context: GatewayContext): Operation<gatewayV1.ArchiveSessionRequest, gatewayV1.Session> {
   return async (call, request) => {
     const row = await requireSession(context, call, request.id);
     const archived = request.archived !== false;
     await context.index.setArchived(row.id, archived);
     const updated = await requireSession(context, call, row.id);
-    return { body: sessionJson(context, updated) };
+    return { message: sessionMessage(context, updated) };
   };
 }

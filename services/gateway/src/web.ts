@@ -10,7 +10,7 @@ import type { GatewayContext } from "./gateway-context.js";
  * from the tools service's recent states; `?refresh=true` (admin keys only, since a probe can
  * cost a paid query) probes every configured provider now.
  */
-export function webSearchHealth(context: GatewayContext): Operation<gatewayV1.WebSearchHealthRequest> {
+export function webSearchHealth(context: GatewayContext): Operation<gatewayV1.WebSearchHealthRequest, gatewayV1.WebSearchHealthResponse> {
   return async (call, request) => {
     const refresh = ["1", "true"].includes(request.refresh);
     if (refresh && call.caller.role !== "admin") {
@@ -21,12 +21,12 @@ export function webSearchHealth(context: GatewayContext): Operation<gatewayV1.We
     const { bus } = context;
     // Probes run side by side, each within its 15 s limit.
     const health = await bus.request(ToolsRpc.WebSearchHealth, { refresh }, { timeoutMs: 30_000 });
-    return { body: {
-      selected: health.selected || null,
-      selection_error: health.selectionError || null,
+    return { message: {
+      selected: health.selected || undefined,
+      selectionError: health.selectionError || undefined,
       providers: health.providers.map((p) => ({
         id: p.id, name: p.name, configured: p.configured, selected: p.selected, healthy: p.healthy, detail: p.detail,
-        checked_at: new Date(p.checkedAtMs).toISOString(),
+        checkedAt: new Date(p.checkedAtMs).toISOString(),
       })),
     } };
   };

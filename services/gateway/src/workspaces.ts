@@ -138,7 +138,7 @@ export class WorkspaceOperations {
    * `CreateWorkspace`: an empty workspace, or one unpacked from the uploaded archive on the
    * sandbox host (the archive travels through the object store; at most `maxUploadBytes`).
    */
-  async create(call: Call, upload: WorkspaceUpload): Promise<Reply> {
+  async create(call: Call, upload: WorkspaceUpload): Promise<Reply<gatewayV1.Workspace>> {
     const tenant = call.tenant;
     // Counted before any of the upload is read. Creations under way are counted from before the
     // index is asked, so one that lands in the index meanwhile is counted twice, never missed.
@@ -160,7 +160,7 @@ export class WorkspaceOperations {
     }
   }
 
-  async #create(tenant: string, upload: WorkspaceUpload): Promise<Reply> {
+  async #create(tenant: string, upload: WorkspaceUpload): Promise<Reply<gatewayV1.Workspace>> {
     const max = this.maxUploadBytes;
     const id = `ws_${randomBytes(10).toString("hex")}`;
     const { bus } = this.#context;
@@ -189,15 +189,15 @@ export class WorkspaceOperations {
         });
       const row: WorkspaceRow = { id, tenant, title: upload.title, path: created.path, created_at: timestamp() };
       await this.#index.insert(row);
-      return { body: { ...workspaceJson(row), bytes: Number(created.bytes) }, headers: { location: `/v1/workspaces/${id}` } };
+      return { message: { ...workspaceMessage(row), bytes: Number(created.bytes) }, headers: { location: `/v1/workspaces/${id}` } };
     } finally {
       if (archiveObject) await (await this.#objects()).delete(archiveObject).catch(() => undefined);
     }
   }
 
   /** `ListWorkspaces`: the caller's managed workspaces. */
-  list(): Operation<gatewayV1.ListWorkspacesRequest> {
-    return async (call) => ({ body: { workspaces: (await this.#index.list(call.tenant)).map(workspaceJson) } });
+  list(): Operation<gatewayV1.ListWorkspacesRequest, gatewayV1.ListWorkspacesResponse> {
+    return async (call) => ({ message: { workspaces: (await this.#index.list(call.tenant)).map(workspaceMessage) } });
   }
 
   /** `ExportWorkspace`: the workspace's files as a tar archive, packed on the sandbox host. */
@@ -219,7 +219,7 @@ export class WorkspaceOperations {
   }
 
   /** `DeleteWorkspace`: deletes every session working in it (as `DeleteSession` would), then its files and row. */
-  delete(): Operation<gatewayV1.DeleteWorkspaceRequest> {
+  delete(): Operation<gatewayV1.DeleteWorkspaceRequest, gatewayV1.DeleteWorkspaceResponse> {
     return async (call, request) => {
       const row = await this.#require(call, request.id);
       const sessions = await this.#index.sessionsOn(row.tenant, row.path);
@@ -227,7 +227,7 @@ export class WorkspaceOperations {
       const { bus } = this.#context;
       await bus.request(WorkspacesRpc.DeleteWorkspace, { tenant: row.tenant, workspaceId: row.id }, { timeoutMs: SANDBOX_TIMEOUT_MS });
       await this.#index.remove(row.tenant, row.id);
-      return { body: { id: row.id, deleted: true, sessions_deleted: sessions } };
+      return { message: { id: row.id, deleted: true, sessionsDeleted: sessions } };
     };
   }
 
@@ -243,8 +243,8 @@ export class WorkspaceOperations {
   }
 }
 
-function workspaceJson(row: WorkspaceRow) {
-  return { id: row.id, tenant: row.tenant, title: row.title, created_at: row.created_at };
+function workspaceMessage(row: WorkspaceRow): gatewayV1.Workspace {
+  return { id: row.id, tenant: row.tenant, title: row.title, createdAt: row.created_at, bytes: undefined };
 }
 
 function workspaceNotFound(id: string): GatewayError {

@@ -9,6 +9,7 @@ import { draft, ensureLogStream, FORMAT_VERSION, SessionLogWriter, UnknownEventT
 import { Event } from "@tack/proto";
 import { removeNamespace } from "@tack/testkit";
 import { SessionFeeds } from "../src/feeds.js";
+import { restTodo, restWaiting } from "../src/gen/rest-json.js";
 import type { SessionRow } from "../src/store.js";
 
 const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
@@ -70,7 +71,7 @@ describe("session feeds", () => {
         // Asked right after the append was acknowledged: never one behind.
         const view = await feeds.view(row);
         expect(view.lastSeq).toBe(4 + i);
-        expect(view.state.plan_mode).toBe(i % 2 === 0);
+        expect(view.state.planMode).toBe(i % 2 === 0);
       }
       expect(view0(await feeds.view(row))).toEqual({ mode: "code", lastSeq: 23 });
       expect(await consumersOnLog()).toBe(consumers);
@@ -92,14 +93,15 @@ describe("session feeds", () => {
         draft("planSubmitted", { callId: "p1", plan: "P" }, "loop"),
       );
       const { state } = await feeds.view(row);
-      expect(state.todos).toEqual([{ content: "a", status: "pending" }, { id: "2", content: "b", status: "completed" }]);
-      expect(state.waiting).toEqual([
+      // In the REST form the generated encoders write.
+      expect(state.todos.map(restTodo)).toEqual([{ content: "a", status: "pending" }, { id: "2", content: "b", status: "completed" }]);
+      expect(state.waiting.map(restWaiting)).toEqual([
         { kind: "question", call_id: "q1", seq: 5, questions: [{ header: "H", question: "Q?", multi_select: true, options: [{ label: "x", description: "d" }] }] },
         { kind: "approval", call_id: "a1", tool: "bash", operation: "ls", requested_mode: "danger-full-access", justification: "j", approval_kind: "sandbox", seq: 6 },
         { kind: "plan", call_id: "p1", plan: "P", seq: 7 },
       ]);
       await writer.append(draft("approvalDecided", { callId: "a1", decision: "allow_once", decidedBy: "me" }, "loop"));
-      expect((await feeds.view(row)).state.waiting.map((w) => w.call_id)).toEqual(["q1", "p1"]);
+      expect((await feeds.view(row)).state.waiting.map((w) => w.callId)).toEqual(["q1", "p1"]);
       // No one can answer a call of an ended turn: it no longer waits.
       await writer.append(draft("turnEnd", { turn: 1, reason: "error", steps: 1 }, "loop"));
       expect((await feeds.view(row)).state.waiting).toEqual([]);

@@ -7,6 +7,7 @@ import { credentials, status as GrpcCode, type ServiceError } from "@grpc/grpc-j
 import { gatewayV1, healthV1 } from "@tack/proto";
 import { logger } from "@tack/telemetry";
 import { CONTRACT } from "../src/gen/contract.js";
+import { REST_ENCODERS } from "../src/gen/rest-json.js";
 import { startGrpc, type GrpcGateway } from "../src/grpc.js";
 import type { Endpoint } from "../src/call.js";
 import type { GatewayContext } from "../src/gateway-context.js";
@@ -27,7 +28,7 @@ afterEach(async () => {
 /** A gRPC server whose health is `healthy()`; the gateway operations are never called here. */
 async function start(healthy: () => boolean): Promise<InstanceType<typeof healthV1.HealthClient>> {
   const run: Endpoint["run"] = async () => { throw new Error("not called in this test"); };
-  const operations = Object.fromEntries(CONTRACT.operations.map((o) => [o.rpc, { codec: gatewayV1[o.requestType as keyof typeof gatewayV1], run }]));
+  const operations = Object.fromEntries(CONTRACT.operations.map((o) => [o.rpc, { codec: gatewayV1[o.requestType as keyof typeof gatewayV1], encoder: REST_ENCODERS[o.responseType as keyof typeof REST_ENCODERS], run }]));
   server = await startGrpc({
     context: {} as GatewayContext, operations, workspaces: {} as WorkspaceOperations, log: logger("gateway-health-test"),
     health: async () => ({ status: healthy() ? 200 : 503 }), healthWatchMs: 50,
