@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Bus, LoopRpc, type RequestContext, SandboxRpc, SkillsRpc, ToolsRpc } from "@tack/bus";
+import { Bus, LoopRpc, SandboxRpc, SkillsRpc, ToolsRpc, type RequestContext, type Rpc, type ServeOptions } from "@tack/bus";
 import { compileOperatorConfig } from "@tack/config";
 import { startGateway, type Gateway } from "@tack/gateway-service";
 import { ensureLogStream, readAll } from "@tack/log";
@@ -30,17 +30,16 @@ let patched = false;
 function recordLoopSubjects(): void {
   if (patched) return;
   patched = true;
-  const serve = Bus.prototype.serve;
-  Bus.prototype.serve = function (this: Bus, ...args: Parameters<typeof serve>) {
-    const [subject, queue, req, res, handler] = args;
+  const serve = Bus.prototype.serve as (this: Bus, rpc: Rpc, handler: (request: unknown, context: RequestContext) => Promise<unknown>, options?: ServeOptions) => ReturnType<Bus["track"]>;
+  Bus.prototype.serve = function (this: Bus, rpc: Rpc, handler: (request: unknown, context: RequestContext) => Promise<unknown>, options?: ServeOptions) {
+    // The loop's rpcs are all unary; the other services' are not recorded.
+    if (rpc.streaming || !rpc.subject.startsWith("loop.")) return serve.call(this, rpc, handler, options);
     const namespace = this.names.namespace;
-    // Services migrated to descriptors (`serve(descriptor, handler)`) pass no subject string: not the loop, not recorded.
-    if (typeof subject !== "string" || !subject.startsWith(`${namespace}.loop.`)) return serve.apply(this, args);
-    return serve.call(this, subject, queue, req, res, async (request: unknown, context: RequestContext) => {
+    return serve.call(this, rpc, async (request, context) => {
       recorders.get(namespace)?.push(context.subject);
       return handler(request, context);
-    });
-  } as typeof serve;
+    }, options);
+  } as typeof Bus.prototype.serve;
 }
 
 const DONE = Array.from({ length: 60 }, (_, i) => ({ content: `done ${i + 1}` }));
