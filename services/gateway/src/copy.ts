@@ -64,11 +64,7 @@ export function importSession(context: GatewayContext): Operation<gatewayV1.Impo
     const { session, events } = request;
     const created = events[0]?.payload;
     if (created?.$case !== "sessionCreated") throw new GatewayError(400, "gateway.invalid_request", "invalid request body: events: the first event must be session/created (an export of GET /v1/sessions/{id}/export)", { details: { events: "must start with session/created" } });
-    for (const [i, object] of request.objects.entries()) {
-      if (object.name === "") {
-        throw new GatewayError(400, "gateway.invalid_request", `invalid request body: objects.${i}: must be {name, data} with data in base64`, { details: { [`objects.${i}`]: "must be {name, data} with data in base64" } });
-      }
-    }
+    // Each object's name and base64 data were checked by the request schema (SpillObject's @required and @pattern).
     const objects = request.objects;
     const { workspaceId } = request;
     const path = await sessionWorkspace(context, context.workspaces, call.tenant, workspaceId !== undefined
