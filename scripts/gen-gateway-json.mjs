@@ -7,7 +7,9 @@
 //   - `@omitEmpty`: left out when it holds its type's default ("", 0, false, []);
 //   - `@when FIELD [VALUE]`: written only when the sibling FIELD equals VALUE (or, without one,
 //     has a value);
-//   - `@json`: a string holding JSON text, written as the JSON value itself.
+//   - `@nullWhen FIELD`: written as `null` when the sibling bool FIELD is true;
+//   - `@json`: a string holding JSON text, written as the JSON value itself;
+//   - `@in none`: not in the REST form (gRPC only).
 // Called by scripts/gen.mjs; run alone, `node scripts/gen-gateway-json.mjs` prints the module.
 import { fileURLToPath } from "node:url";
 import { commentsOf, parseComment, protoImage } from "./gen-gateway.mjs";
@@ -38,6 +40,7 @@ function encoder(message, index, comments) {
   for (const [fi, field] of (message.field ?? []).entries()) {
     const { notes } = parseComment(comments.get(`4.${index}.2.${fi}`));
     const has = (key) => notes.some((n) => n.key === key);
+    if (notes.some((n) => n.key === "in" && n.value === "none")) continue;
     const key = field.name;
     const m = `m.${camel(field.name)}`;
     const repeated = field.label === "LABEL_REPEATED";
@@ -48,7 +51,12 @@ function encoder(message, index, comments) {
     const absentCheck = repeated ? `${m}.length === 0` : `${m} === undefined`;
     const mayBeAbsent = repeated || field.proto3Optional === true || field.type === "TYPE_MESSAGE";
     let condition;
-    if (has("nullable")) {
+    const nullWhen = notes.find((n) => n.key === "nullWhen")?.value;
+    if (nullWhen !== undefined) {
+      const found = (message.field ?? []).find((f) => f.name === nullWhen);
+      if (found?.type !== "TYPE_BOOL") throw new Error(`${FILE}: ${message.name}.${key}: @nullWhen names no bool field ${nullWhen}`);
+      value = `m.${camel(nullWhen)} ? null : ${value}`;
+    } else if (has("nullable")) {
       if (!mayBeAbsent) throw new Error(`${FILE}: ${message.name}.${key}: @nullable needs an optional, message or repeated field`);
       value = `${absentCheck} ? null : ${value}`;
     } else if (has("omitEmpty")) {

@@ -99,7 +99,7 @@ export function gatewayContract(image) {
     const [def] = note("default");
     if (def !== undefined) out.default = JSON.parse(def);
     if (Object.keys(errors).length) out["x-errors"] = errors;
-    if (forResponse && (info.proto3Optional || note("nullable").length) && !out.$ref) out.type = [out.type, "null"];
+    if (forResponse && (info.proto3Optional || note("nullable").length || note("nullWhen").length) && !out.$ref) out.type = [out.type, "null"];
     return out;
   };
 
@@ -113,7 +113,7 @@ export function gatewayContract(image) {
     for (const [fi, field] of (message.field ?? []).entries()) {
       const info = fieldInfo(index, fi, field);
       const where = info.note("in")[0] ?? "body";
-      if (part && where !== part) continue;
+      if (part ? where !== part : forResponse && where === "none") continue;
       const schema = valueSchema(info, inline, forResponse);
       const hint = info.note("required");
       if (hint.length) {

@@ -104,6 +104,7 @@ export function listTenants(context: GatewayContext): Operation<gatewayV1.ListTe
           requestsPerMinute: policy.requests_per_minute,
           budgetUsd: policy.budget_usd,
           modelProviders: policy.model_providers ?? [],
+          anyModelProvider: policy.model_providers === undefined,
         },
         usage: { sessions: await context.index.countSessions(tenant), eventStreams: context.policy.streamCount(tenant) },
       }],

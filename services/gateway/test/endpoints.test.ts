@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { gatewayV1 } from "@tack/proto";
 import { endpoint, endpointOf, type Call, type Operation } from "../src/call.js";
 import { CONTRACT } from "../src/gen/contract.js";
-import { restCancelTurnResponse, restGetContextResponse, restSession, restSubmitMessageResponse } from "../src/gen/rest-json.js";
+import { restCancelTurnResponse, restGetContextResponse, restSession, restSubmitMessageResponse, restTenantPolicy } from "../src/gen/rest-json.js";
 
 const call: Call = { tenant: "t1", caller: { keyHash: "h", keyName: "k", role: "member" }, label: "test" };
 const spec = (rpc: string) => CONTRACT.operations.find((o) => o.rpc === rpc)!;
@@ -57,5 +57,12 @@ describe("endpoints", () => {
     expect(answer.json()).toBe('{"session":"s1","tokens":null,"note":"no model request yet"}');
     const measured = restGetContextResponse({ ...reply.message, tokenizer: "cl100k", tokens: { systemPrompt: 1, tools: 2, conversation: 3, total: 6 }, estimatedTotal: 6, note: "" });
     expect(JSON.stringify(measured)).toBe('{"session":"s1","tokenizer":"cl100k","tokens":{"system_prompt":1,"tools":2,"conversation":3,"total":6},"calibration":null,"estimated_total":6}');
+  });
+
+  it("a tenant's model_providers: null when any provider may be used, an empty list when none may", () => {
+    const policy = { workspaceRoots: [], maxSandboxMode: "read-only", maxSessions: 1, maxSandboxes: 1, maxEventStreams: 1, requestsPerMinute: 1, budgetUsd: undefined };
+    expect(restTenantPolicy({ ...policy, modelProviders: [], anyModelProvider: true })).toMatchObject({ budget_usd: null, model_providers: null });
+    expect(restTenantPolicy({ ...policy, modelProviders: [], anyModelProvider: false })).toMatchObject({ model_providers: [] });
+    expect(restTenantPolicy({ ...policy, modelProviders: [], anyModelProvider: false })).not.toHaveProperty("any_model_provider");
   });
 });

@@ -2123,7 +2123,7 @@ export const CONTRACT: { readonly service: string; readonly operations: readonly
           "items": {
             "type": "string"
           },
-          "description": "Null when any provider may be used."
+          "description": "The providers the tenant may use; null when any may be used (gRPC: `any_model_provider`)."
         }
       }
     },

@@ -251,7 +251,7 @@ export function restTenant(m: gatewayV1.Tenant): RestJson {
 
 /** The REST form of `tack.gateway.v1.TenantPolicy`. */
 export function restTenantPolicy(m: gatewayV1.TenantPolicy): RestJson {
-  return { workspace_roots: m.workspaceRoots, max_sandbox_mode: m.maxSandboxMode, max_sessions: m.maxSessions, max_sandboxes: m.maxSandboxes, max_event_streams: m.maxEventStreams, requests_per_minute: m.requestsPerMinute, budget_usd: m.budgetUsd === undefined ? null : m.budgetUsd, model_providers: m.modelProviders.length === 0 ? null : m.modelProviders };
+  return { workspace_roots: m.workspaceRoots, max_sandbox_mode: m.maxSandboxMode, max_sessions: m.maxSessions, max_sandboxes: m.maxSandboxes, max_event_streams: m.maxEventStreams, requests_per_minute: m.requestsPerMinute, budget_usd: m.budgetUsd === undefined ? null : m.budgetUsd, model_providers: m.anyModelProvider ? null : m.modelProviders };
 }
 
 /** The REST form of `tack.gateway.v1.TenantUsage`. */

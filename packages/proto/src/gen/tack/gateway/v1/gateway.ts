@@ -916,10 +916,15 @@ export interface TenantPolicy {
     | number
     | undefined;
   /**
-   * Null when any provider may be used.
-   * @nullable
+   * The providers the tenant may use; null when any may be used (gRPC: `any_model_provider`).
+   * @nullWhen any_model_provider
    */
   modelProviders: string[];
+  /**
+   * gRPC only: true when `model_providers` does not limit the providers (REST writes it as null).
+   * @in none
+   */
+  anyModelProvider: boolean;
 }
 
 export interface TenantUsage {
@@ -8708,6 +8713,7 @@ function createBaseTenantPolicy(): TenantPolicy {
     requestsPerMinute: 0,
     budgetUsd: undefined,
     modelProviders: [],
+    anyModelProvider: false,
   };
 }
 
@@ -8736,6 +8742,9 @@ export const TenantPolicy: MessageFns<TenantPolicy> = {
     }
     for (const v of message.modelProviders) {
       writer.uint32(66).string(v!);
+    }
+    if (message.anyModelProvider !== false) {
+      writer.uint32(72).bool(message.anyModelProvider);
     }
     return writer;
   },
@@ -8817,6 +8826,14 @@ export const TenantPolicy: MessageFns<TenantPolicy> = {
             message.modelProviders.push(reader.string());
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.anyModelProvider = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8871,6 +8888,11 @@ export const TenantPolicy: MessageFns<TenantPolicy> = {
         : globalThis.Array.isArray(object?.model_providers)
         ? object.model_providers.map((e: any) => globalThis.String(e))
         : [],
+      anyModelProvider: isSet(object.anyModelProvider)
+        ? globalThis.Boolean(object.anyModelProvider)
+        : isSet(object.any_model_provider)
+        ? globalThis.Boolean(object.any_model_provider)
+        : false,
     };
   },
 
@@ -8900,6 +8922,9 @@ export const TenantPolicy: MessageFns<TenantPolicy> = {
     if (message.modelProviders?.length) {
       obj.modelProviders = message.modelProviders;
     }
+    if (message.anyModelProvider !== false) {
+      obj.anyModelProvider = message.anyModelProvider;
+    }
     return obj;
   },
 
@@ -8916,6 +8941,7 @@ export const TenantPolicy: MessageFns<TenantPolicy> = {
     message.requestsPerMinute = object.requestsPerMinute ?? 0;
     message.budgetUsd = object.budgetUsd ?? undefined;
     message.modelProviders = object.modelProviders?.map((e) => e) || [];
+    message.anyModelProvider = object.anyModelProvider ?? false;
     return message;
   },
 };
@@ -9022,8 +9048,8 @@ export const TenantUsage: MessageFns<TenantUsage> = {
  * refusal says; `{value}` is the value sent, as JSON), `@in path|query|body` and `@type integer|boolean`
  * for query parameters. How a response field is written in JSON when it has no value (see
  * scripts/gen-gateway-json.mjs): `@nullable` (as `null`), `@omitEmpty` (left out when it holds its
- * default), `@when FIELD [VALUE]` (only when a sibling field has that value), `@json` (JSON text
- * written as the value); a `optional` field without `@nullable` is left out when absent. gRPC carries the API key in the metadata `authorization: Bearer <key>`.
+ * default), `@when FIELD [VALUE]` (only when a sibling field has that value), `@nullWhen FIELD` (as `null`
+ * when a sibling bool is true), `@json` (JSON text written as the value), `@in none` (gRPC only); a `optional` field without `@nullable` is left out when absent. gRPC carries the API key in the metadata `authorization: Bearer <key>`.
  */
 export type GatewayService = typeof GatewayService;
 export const GatewayService = {
