@@ -4,7 +4,7 @@
 // subscriber on the subjects they watch and change nothing in what the services do.
 import { readFileSync } from "node:fs";
 import type { NatsConnection, Subscription } from "@nats-io/nats-core";
-import type { Names } from "@tack/bus";
+import { LlmRpc, rpcSubject, SandboxRpc, ToolsRpc, type Names } from "@tack/bus";
 import { timestampMs } from "@tack/log";
 import { CallToolRequest, CompleteRequest, CompleteStreamMessage, EnsureSandboxRequest, Event, ExecRequest } from "@tack/proto";
 
@@ -195,10 +195,10 @@ export class BusTap {
   readonly #subs: Subscription[] = [];
 
   constructor(private readonly nc: NatsConnection, names: Names) {
-    this.#tap(names.toolsCall, "tools.call", (data) => CallToolRequest.decode(data).sessionId);
-    this.#tap(names.sandboxEnsure, "sandbox.ensure", (data) => EnsureSandboxRequest.decode(data).sessionId);
-    this.#tap(names.sandboxExec, "sandbox.exec", (data) => ExecRequest.decode(data).sessionId);
-    this.#tap(names.llmComplete, "llm.complete", (data) => CompleteRequest.decode(data).sessionId);
+    this.#tap(rpcSubject(names.namespace, ToolsRpc.CallTool), "tools.call", (data) => CallToolRequest.decode(data).sessionId);
+    this.#tap(rpcSubject(names.namespace, SandboxRpc.EnsureSandbox), "sandbox.ensure", (data) => EnsureSandboxRequest.decode(data).sessionId);
+    this.#tap(rpcSubject(names.namespace, SandboxRpc.Exec), "sandbox.exec", (data) => ExecRequest.decode(data).sessionId);
+    this.#tap(rpcSubject(names.namespace, LlmRpc.Complete), "llm.complete", (data) => CompleteRequest.decode(data).sessionId);
   }
 
   #tap(subject: string, op: TapOp, sessionOf: (data: Uint8Array) => string): void {

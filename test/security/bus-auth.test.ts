@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { Bus, SandboxRpc, TackError, ToolsRpc } from "@tack/bus";
+import { Bus, rpcSubject, SandboxRpc, TackError, ToolsRpc } from "@tack/bus";
 import { BUS_USERS, natsServerAuthorization, readBusCredentials, type BusUser } from "@tack/config";
 import { launch, type Launched } from "@tack/cli";
 import { draft, FORMAT_VERSION, readAll, SessionLogWriter } from "@tack/log";
@@ -116,18 +116,20 @@ describe("bus credentials", () => {
   it("bus-auth - the gateway's credentials cannot call the sandbox or the tools, nor write a session log, nor read other services' replies", async () => {
     const gateway = await connectAs("gateway");
     const n = gateway.names;
+    const exec = rpcSubject(n.namespace, SandboxRpc.Exec);
+    const toolsCall = rpcSubject(n.namespace, ToolsRpc.CallTool);
     const logSubject = n.logSubject("local", "sforged");
     const seen: string[] = [];
-    const watch = [n.sandboxExec, n.toolsCall, n.logSubjects].map((subject) => admin.nc.subscribe(subject, { callback: (_e, m) => void seen.push(m.subject) }));
+    const watch = [exec, toolsCall, n.logSubjects].map((subject) => admin.nc.subscribe(subject, { callback: (_e, m) => void seen.push(m.subject) }));
     await admin.nc.flush();
     try {
       await expect(gateway.request(SandboxRpc.Exec, ExecRequest.fromPartial({ sessionId: "sforged", argv: ["id"] })))
-        .rejects.toMatchObject({ code: "bus.forbidden", message: expect.stringContaining(`Permissions Violation for Publish to "${n.sandboxExec}"`) });
+        .rejects.toMatchObject({ code: "bus.forbidden", message: expect.stringContaining(`Permissions Violation for Publish to "${exec}"`) });
       await expect(gateway.request(ToolsRpc.CallTool, CallToolRequest.fromPartial({ sessionId: "sforged" })))
-        .rejects.toMatchObject({ code: "bus.forbidden", details: { subject: n.toolsCall } });
+        .rejects.toMatchObject({ code: "bus.forbidden", details: { subject: toolsCall } });
       await expect(jetstream(gateway.nc).publish(logSubject, "forged")).rejects.toThrow(`Permissions Violation for Publish to "${logSubject}"`);
       gateway.nc.publish(logSubject, "forged, no reply");
-      provoked.add(`gateway Publish ${n.sandboxExec}`).add(`gateway Publish ${n.toolsCall}`).add(`gateway Publish ${logSubject}`);
+      provoked.add(`gateway Publish ${exec}`).add(`gateway Publish ${toolsCall}`).add(`gateway Publish ${logSubject}`);
 
       // No reply inbox but its own: another service's replies (tool results, completions) stay private.
       for (const subject of ["_INBOX.>", "_INBOX.tools.>", n.logSubjects]) {
@@ -152,7 +154,7 @@ describe("bus credentials", () => {
     // It calls no service (its only requests are reads of the spill bucket's images), so the publish is refused.
     await expect(llm.request(SandboxRpc.Exec, ExecRequest.fromPartial({ sessionId: "sforged", argv: ["id"] })))
       .rejects.toMatchObject({ code: "bus.forbidden" });
-    provoked.add(`llm Publish ${llm.names.sandboxExec}`).add("llm Subscription _INBOX.llm.*");
+    provoked.add(`llm Publish ${rpcSubject(llm.names.namespace, SandboxRpc.Exec)}`).add("llm Subscription _INBOX.llm.*");
   });
 
   it("bus-auth - the tools' credentials reach the sandbox service, whose answer comes back through allow_responses", async () => {
@@ -255,7 +257,7 @@ describe("bus credentials", () => {
       logged.add(`${match[2]} ${match[1]} ${match[3]!.replace(/^_INBOX\.llm\..*/, "_INBOX.llm.*")}`);
     }
     expect([...logged].filter((violation) => !provoked.has(violation))).toEqual([]);
-    expect([...logged]).toContain(`gateway Publish ${admin.names.sandboxExec}`);
+    expect([...logged]).toContain(`gateway Publish ${rpcSubject(admin.names.namespace, SandboxRpc.Exec)}`);
   });
 });
 

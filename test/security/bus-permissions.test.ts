@@ -4,7 +4,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { microSubjects, names } from "@tack/bus";
+import { LlmRpc, LoopRpc, McpRpc, microSubjects, names, rpcSubject, SandboxRpc, ToolsRpc, WorkspacesRpc } from "@tack/bus";
 import { BUS_USERS, busAuthFromEnv, busPermissions, commonConfig, natsServerAuthorization, readBusCredentials, type BusUser } from "@tack/config";
 import { placementBucket, replicaSubject } from "@tack/sandbox-service";
 
@@ -39,30 +39,30 @@ const minutes = (duration: string) => {
 describe("bus permission table", () => {
   it("bus-permissions - each command subject has exactly the callers and the server its code needs", () => {
     expect(publishers(n.logSubject("t1", "s1"))).toEqual(["loop"]);
-    expect(publishers(n.sandboxExec)).toEqual(["tools"]);
+    expect(publishers(rpcSubject(ns, SandboxRpc.Exec))).toEqual(["tools"]);
     // The loop pre-warms a new session's sandbox; the tools ensure it before each call.
-    expect(publishers(n.sandboxEnsure)).toEqual(["loop", "tools", "mcp"]);
-    expect(publishers(n.sandboxProcesses)).toEqual(["loop"]);
-    expect(publishers(n.sandboxRelease)).toEqual(["loop"]);
-    expect(publishers(n.workspaceCreate)).toEqual(["gateway"]);
-    expect(publishers(n.toolsCall)).toEqual(["loop"]);
-    expect(publishers(n.toolsList)).toEqual(["loop"]);
-    expect(publishers(n.toolsRules)).toEqual(["loop"]);
-    expect(subscribers(n.toolsRules)).toEqual(["tools"]);
-    for (const hooks of [n.toolsHookConfig, n.toolsHookRun]) {
+    expect(publishers(rpcSubject(ns, SandboxRpc.EnsureSandbox))).toEqual(["loop", "tools", "mcp"]);
+    expect(publishers(rpcSubject(ns, SandboxRpc.ListProcesses))).toEqual(["loop"]);
+    expect(publishers(rpcSubject(ns, SandboxRpc.ReleaseSandbox))).toEqual(["loop"]);
+    expect(publishers(rpcSubject(ns, WorkspacesRpc.CreateWorkspace))).toEqual(["gateway"]);
+    expect(publishers(rpcSubject(ns, ToolsRpc.CallTool))).toEqual(["loop"]);
+    expect(publishers(rpcSubject(ns, ToolsRpc.ListTools))).toEqual(["loop"]);
+    expect(publishers(rpcSubject(ns, ToolsRpc.ReadRules))).toEqual(["loop"]);
+    expect(subscribers(rpcSubject(ns, ToolsRpc.ReadRules))).toEqual(["tools"]);
+    for (const hooks of [rpcSubject(ns, ToolsRpc.ReadHooksConfig), rpcSubject(ns, ToolsRpc.RunHook)]) {
       expect(publishers(hooks)).toEqual(["loop"]);
       expect(subscribers(hooks)).toEqual(["tools"]);
     }
-    expect(publishers(n.llmComplete)).toEqual(["loop"]);
-    expect(publishers(n.llmCount)).toEqual(["gateway"]);
-    expect(publishers(n.loopCreate)).toEqual(["gateway"]);
+    expect(publishers(rpcSubject(ns, LlmRpc.Complete))).toEqual(["loop"]);
+    expect(publishers(rpcSubject(ns, LlmRpc.CountTokens))).toEqual(["gateway"]);
+    expect(publishers(rpcSubject(ns, LoopRpc.CreateSession))).toEqual(["gateway"]);
     // The gateway reaches a session's owner directly; a loop replica passes on a queue-group command for a session another replica keeps warm.
-    expect(publishers(n.loopSessionSubmit("s1"))).toEqual(["gateway", "loop"]);
-    expect(publishers(n.loopSessionDelete("s1"))).toEqual(["gateway", "loop"]);
-    expect(subscribers(n.sandboxExec)).toEqual(["sandbox"]);
-    expect(subscribers(n.toolsCall)).toEqual(["tools"]);
-    expect(subscribers(n.llmComplete)).toEqual(["llm"]);
-    expect(subscribers(n.loopSessionSubmit("s1"))).toEqual(["loop"]);
+    expect(publishers(rpcSubject(ns, LoopRpc.SubmitMessage.at({ session: "s1" })))).toEqual(["gateway", "loop"]);
+    expect(publishers(rpcSubject(ns, LoopRpc.DeleteSession.at({ session: "s1" })))).toEqual(["gateway", "loop"]);
+    expect(subscribers(rpcSubject(ns, SandboxRpc.Exec))).toEqual(["sandbox"]);
+    expect(subscribers(rpcSubject(ns, ToolsRpc.CallTool))).toEqual(["tools"]);
+    expect(subscribers(rpcSubject(ns, LlmRpc.Complete))).toEqual(["llm"]);
+    expect(subscribers(rpcSubject(ns, LoopRpc.SubmitMessage.at({ session: "s1" })))).toEqual(["loop"]);
     expect(subscribers(n.logSubject("t1", "s1"))).toEqual([]);
     // Replies: each service only under its own inbox prefix; no one may read another's.
     for (const user of BUS_USERS.filter((u) => u !== "admin")) {
@@ -75,11 +75,11 @@ describe("bus permission table", () => {
     // mcp.list and mcp.call are the MCP bridge's own, asked by the loop; the bridge reaches the sandbox only to
     // run stdio servers there (ensure, a stdio stream's open and input); the tools service opens streams for
     // run_code programs (decision 0020); only those two read the streams' output.
-    expect(subscribers(n.mcpCall)).toEqual(["mcp"]);
-    expect(subscribers(n.mcpList)).toEqual(["mcp"]);
-    expect(publishers(n.mcpList)).toEqual(["loop"]);
-    expect(publishers(n.mcpCall)).toEqual(["loop"]);
-    expect(table.mcp.publish).toEqual([n.sandboxEnsure, "acme.sandbox.stdio.open", "acme.sandbox.stdio.in.*"]);
+    expect(subscribers(rpcSubject(ns, McpRpc.CallTool))).toEqual(["mcp"]);
+    expect(subscribers(rpcSubject(ns, McpRpc.ListTools))).toEqual(["mcp"]);
+    expect(publishers(rpcSubject(ns, McpRpc.ListTools))).toEqual(["loop"]);
+    expect(publishers(rpcSubject(ns, McpRpc.CallTool))).toEqual(["loop"]);
+    expect(table.mcp.publish).toEqual([rpcSubject(ns, SandboxRpc.EnsureSandbox), "acme.sandbox.stdio.open", "acme.sandbox.stdio.in.*"]);
     expect(publishers("acme.sandbox.stdio.in.0123456789abcdef0123456789abcdef")).toEqual(["tools", "mcp"]);
     expect(publishers("acme.sandbox.stdio.open")).toEqual(["tools", "mcp"]);
     expect(subscribers("acme.sandbox.stdio.in.0123456789abcdef0123456789abcdef")).toEqual(["sandbox"]);

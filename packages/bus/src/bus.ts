@@ -159,34 +159,27 @@ export class Bus {
    * nothing for that long is given up on as `bus.worker_lost` (retryable): its process died or
    * was cut off. A reply for another rpc is `bus.wrong_rpc`, an undecodable one `bus.bad_response`.
    */
-  request<Req, Res>(rpc: Rpc<Req, Res, false, string>, request: Req, options?: RequestOptions): Promise<Res>;
-  /** @deprecated Pass a generated descriptor instead: `bus.request(SandboxRpc.Exec, request, options)`. */
-  request<Req, Res>(subject: string, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, options?: RequestOptions): Promise<Res>;
-  async request<Req, Res>(...args: [Rpc<Req, Res, false, string>, Req, RequestOptions?] | [string, Codec<Req>, Req, Codec<Res>, RequestOptions?]): Promise<Res> {
-    const call = typeof args[0] === "string"
-      ? { subject: args[0], rpc: undefined, requestCodec: args[1] as Codec<Req>, request: args[2] as Req, responseCodec: args[3] as Codec<Res>, options: (args[4] ?? {}) as RequestOptions }
-      : { subject: rpcSubject(this.names.namespace, args[0]), rpc: args[0], requestCodec: args[0].requestType, request: args[1] as Req, responseCodec: args[0].responseType, options: (args[2] ?? {}) as RequestOptions };
-    const { subject, rpc, options } = call;
-    const what = rpc ? `${rpc.fullName} (${subject})` : subject;
-    const payload = call.requestCodec.encode(call.request).finish();
-    assertSize(what, payload.length);
+  async request<Req, Res>(rpc: Rpc<Req, Res, false, string>, request: Req, options: RequestOptions = {}): Promise<Res> {
+    const subject = rpcSubject(this.names.namespace, rpc);
+    const payload = rpc.requestType.encode(request).finish();
+    assertSize(`${rpc.fullName} (${subject})`, payload.length);
     return inSpan(`request ${subject}`, { "messaging.destination": subject }, async () => {
       const h = newHeaders();
       for (const [k, v] of Object.entries(options.headers ?? {})) h.set(k, v);
-      if (rpc) h.set(RPC_HEADER, rpc.fullName);
+      h.set(RPC_HEADER, rpc.fullName);
       injectTrace(h);
       let reply: Msg;
       if (options.silenceMs !== undefined) {
-        reply = await this.#watchedRequest(subject, rpc?.fullName, payload, h, options.timeoutMs ?? 30_000, options.silenceMs);
+        reply = await this.#watchedRequest(subject, rpc.fullName, payload, h, options.timeoutMs ?? 30_000, options.silenceMs);
       } else {
         try {
           reply = await this.nc.request(subject, payload, { timeout: options.timeoutMs ?? 30_000, headers: h });
         } catch (error) {
-          throw requestFailure(rpc?.fullName, subject, error, options.timeoutMs ?? 30_000);
+          throw requestFailure(rpc.fullName, subject, error, options.timeoutMs ?? 30_000);
         }
         if (reply.headers?.get(ERROR_HEADER)) throw TackError.fromBusError(BusError.decode(reply.data));
       }
-      return decodeReply(reply, call.responseCodec, rpc, subject);
+      return decodeReply(reply, rpc.responseType, rpc, subject);
     }, { kind: SpanKind.CLIENT });
   }
 
@@ -240,17 +233,16 @@ export class Bus {
    */
   serve<Req, Res>(rpc: Rpc<Req, Res, false, string>, handler: (request: Req, context: RequestContext) => Promise<NoInfer<Res>>, options?: ServeOptions): Subscription;
   serve<Req, Res>(rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<NoInfer<Res>>, context: RequestContext) => Promise<void>, options?: ServeOptions): Subscription;
-  /** @deprecated Pass a generated descriptor instead: `bus.serve(SandboxRpc.Exec, handler)`. */
-  serve<Req, Res>(subject: string, queue: string, requestCodec: Codec<Req>, responseCodec: Codec<Res>, handler: (request: Req, context: RequestContext) => Promise<Res>): Subscription;
-  serve<Req, Res>(...args: unknown[]): Subscription {
-    if (typeof args[0] !== "string") {
-      const rpc = args[0] as Rpc<Req, Res>;
-      const options = (args[2] ?? {}) as ServeOptions;
-      if (isStreaming(rpc)) return serveStream(this, rpc, args[1] as StreamHandler<Req, Res>, options);
-      return this.#subscribe(rpcSubject(this.names.namespace, rpc), options.queue ?? rpc.queue, rpc.requestType, rpc.responseType, args[1] as (request: Req, context: RequestContext) => Promise<Res>, rpc);
-    }
-    const [subject, queue, requestCodec, responseCodec, handler] = args as [string, string, Codec<Req>, Codec<Res>, (request: Req, context: RequestContext) => Promise<Res>];
-    return this.#subscribe(subject, queue, requestCodec, responseCodec, handler, undefined);
+  serve<Req, Res>(rpc: Rpc<Req, Res>, handler: UnaryHandler<Req, Res> | StreamHandler<Req, Res>, options: ServeOptions = {}): Subscription {
+    if (isStreaming(rpc)) return serveStream(this, rpc, handler as StreamHandler<Req, Res>, options);
+    const unary = handler as UnaryHandler<Req, Res>;
+    return this.track(this.nc.subscribe(rpcSubject(this.names.namespace, rpc), {
+      queue: options.queue ?? rpc.queue,
+      callback: (err, msg) => {
+        if (err) return;
+        void this.#handle(msg, rpc, unary);
+      },
+    }));
   }
 
   /** Remembers a subscription so that `close` ends it (streaming serves register theirs here). */
@@ -259,39 +251,16 @@ export class Bus {
     return sub;
   }
 
-  #subscribe<Req, Res>(
-    subject: string,
-    queue: string,
-    requestCodec: Codec<Req>,
-    responseCodec: Codec<Res>,
-    handler: (request: Req, context: RequestContext) => Promise<Res>,
-    rpc: Rpc<Req, Res> | undefined,
-  ): Subscription {
-    return this.track(this.nc.subscribe(subject, {
-      queue,
-      callback: (err, msg) => {
-        if (err) return;
-        void this.#handle(msg, requestCodec, responseCodec, handler, rpc);
-      },
-    }));
-  }
-
-  async #handle<Req, Res>(
-    msg: Msg,
-    requestCodec: Codec<Req>,
-    responseCodec: Codec<Res>,
-    handler: (request: Req, context: RequestContext) => Promise<Res>,
-    rpc: Rpc<Req, Res> | undefined,
-  ): Promise<void> {
+  async #handle<Req, Res>(msg: Msg, rpc: Rpc<Req, Res>, handler: UnaryHandler<Req, Res>): Promise<void> {
     const stopBeating = heartbeat(this.nc, msg);
     await inSpan(`handle ${msg.subject}`, { "messaging.destination": msg.subject }, async () => {
       let out: Uint8Array;
       const h = newHeaders();
       try {
-        const request = decodeRequest(msg, requestCodec, rpc);
-        out = responseCodec.encode(await handler(request, { subject: msg.subject, headers: msg.headers })).finish();
+        const request = decodeRequest(msg, rpc.requestType, rpc);
+        out = rpc.responseType.encode(await handler(request, { subject: msg.subject, headers: msg.headers })).finish();
         assertSize(msg.subject, out.length);
-        if (rpc) h.set(RPC_HEADER, rpc.fullName);
+        h.set(RPC_HEADER, rpc.fullName);
       } catch (error) {
         h.set(ERROR_HEADER, "1");
         out = BusError.encode(TackError.from(error).toBusError()).finish();
@@ -309,6 +278,7 @@ export class Bus {
   }
 }
 
+type UnaryHandler<Req, Res> = (request: Req, context: RequestContext) => Promise<Res>;
 type StreamHandler<Req, Res> = (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>;
 
 function isStreaming<Req, Res>(rpc: Rpc<Req, Res>): rpc is Rpc<Req, Res, true, string> {

@@ -45,6 +45,15 @@ export function rpcSubject(namespace: string, rpc: Pick<Rpc, "subject">): string
   return `${namespace}.${rpc.subject}`;
 }
 
+/**
+ * Every subject `rpc` is served on in `namespace`, its queue-group route first and each
+ * `{param}` as `*` (`<ns>.loop.submit`, `<ns>.loop.session.*.submit`): what a NATS permission
+ * grants for the rpc.
+ */
+export function rpcSubjectPatterns(namespace: string, rpc: Pick<Rpc, "routes">): string[] {
+  return rpc.routes.map((r) => `${namespace}.${r.subject.replace(/\{[a-z_]+\}/g, "*")}`);
+}
+
 /** Builds a descriptor (used by the generated code). */
 export function defineRpc<Req, Res, Stream extends boolean, Param extends string>(spec: {
   readonly fullName: string;

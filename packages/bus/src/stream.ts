@@ -1,7 +1,7 @@
 import { createInbox, headers as newHeaders, type Msg, type Subscription } from "@nats-io/nats-core";
 import { SpanKind } from "@opentelemetry/api";
 import { BusError } from "@tack/proto";
-import type { Bus, Codec, RequestContext, ServeOptions } from "./bus.js";
+import type { Bus, RequestContext, ServeOptions } from "./bus.js";
 import { ALIVE_HEADER, askForHeartbeats, ERROR_HEADER, heartbeat, MAX_BUS_PAYLOAD, noResponders, RPC_HEADER, workerLost } from "./bus.js";
 import { rpcSubject, type Rpc } from "./descriptor.js";
 import { decodeReply, decodeRequest } from "./rpc-checks.js";
@@ -30,21 +30,14 @@ export interface StreamRequestOptions {
  * (which count as life but not as messages), and a handler silent for that long fails the
  * stream with `bus.worker_lost` (retryable): it died. Errors name the rpc.
  */
-export function requestStream<Req, Res>(bus: Bus, rpc: Rpc<Req, Res, true, string>, request: Req, onMessage: (message: Res) => void, isLast: (message: Res) => boolean, options?: StreamRequestOptions): Promise<void>;
-/** @deprecated Pass a generated descriptor instead: `requestStream(bus, LlmRpc.Complete, request, onMessage, isLast, options)`. */
-export function requestStream<Req, Res>(bus: Bus, subject: string, requestCodec: Codec<Req>, request: Req, responseCodec: Codec<Res>, onMessage: (message: Res) => void, isLast: (message: Res) => boolean, options?: StreamRequestOptions): Promise<void>;
-export async function requestStream<Req, Res>(bus: Bus, ...args: unknown[]): Promise<void> {
-  const byRpc = typeof args[0] !== "string";
-  const rpc = byRpc ? args[0] as Rpc<Req, Res, true, string> : undefined;
-  const subject = rpc ? rpcSubject(bus.names.namespace, rpc) : args[0] as string;
-  const requestCodec = rpc ? rpc.requestType : args[1] as Codec<Req>;
-  const request = (rpc ? args[1] : args[2]) as Req;
-  const responseCodec = rpc ? rpc.responseType : args[3] as Codec<Res>;
-  const [onMessage, isLast, options = {}] = (rpc ? args.slice(2) : args.slice(4)) as [(message: Res) => void, (message: Res) => boolean, StreamRequestOptions?];
-  const what = rpc ? `${rpc.fullName} (${subject})` : subject;
+export async function requestStream<Req, Res>(
+  bus: Bus, rpc: Rpc<Req, Res, true, string>, request: Req, onMessage: (message: Res) => void, isLast: (message: Res) => boolean, options: StreamRequestOptions = {},
+): Promise<void> {
+  const subject = rpcSubject(bus.names.namespace, rpc);
+  const what = `${rpc.fullName} (${subject})`;
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
   const silenceMs = options.silenceMs;
-  const payload = requestCodec.encode(request).finish();
+  const payload = rpc.requestType.encode(request).finish();
   if (payload.length > MAX_BUS_PAYLOAD) {
     throw new TackError("bus.payload_too_large", `request for ${what} is ${payload.length} bytes, over the ${MAX_BUS_PAYLOAD}-byte bus limit`);
   }
@@ -71,7 +64,7 @@ export async function requestStream<Req, Res>(bus: Bus, ...args: unknown[]): Pro
     let timedOut = true;
     try {
       const h = newHeaders();
-      if (rpc) h.set(RPC_HEADER, rpc.fullName);
+      h.set(RPC_HEADER, rpc.fullName);
       injectTrace(h);
       if (silenceMs !== undefined) askForHeartbeats(h, silenceMs);
       bus.nc.publish(subject, payload, { reply: inbox, headers: h });
@@ -86,20 +79,20 @@ export async function requestStream<Req, Res>(bus: Bus, ...args: unknown[]): Pro
         idle();
         if (msg.headers?.code === 503) {
           timedOut = false;
-          throw noResponders(subject, undefined, rpc?.fullName);
+          throw noResponders(subject, undefined, rpc.fullName);
         }
         if (msg.headers?.get(ERROR_HEADER)) {
           timedOut = false;
           throw TackError.fromBusError(BusError.decode(msg.data));
         }
-        const message = decodeReply(msg, responseCodec, rpc, subject);
+        const message = decodeReply(msg, rpc.responseType, rpc, subject);
         onMessage(message);
         if (isLast(message)) {
           timedOut = false;
           break;
         }
       }
-      if (timedOut && silent) throw workerLost(subject, silenceMs!, heard, rpc?.fullName);
+      if (timedOut && silent) throw workerLost(subject, silenceMs!, heard, rpc.fullName);
       if (timedOut) throw new TackError("bus.timeout", `no reply on ${what} for ${idleTimeoutMs} ms`, { retryable: true, details: { subject } });
     } finally {
       clearTimeout(timer);
@@ -110,31 +103,24 @@ export async function requestStream<Req, Res>(bus: Bus, ...args: unknown[]): Pro
 }
 
 /**
- * Serves streaming `rpc` on its subject and queue group (`options.queue` overrides it); `bus.serve`
- * does the same. The handler writes any number of messages with `writer.send`; a thrown error
- * is sent as a final BusError message.
+ * Serves streaming `rpc` on its subject and queue group (`options.queue` overrides it); what
+ * `bus.serve` does for a streaming descriptor. The handler writes any number of messages with
+ * `writer.send`; a thrown error is sent as a final BusError message.
  */
-export function serveStream<Req, Res>(bus: Bus, rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>, options?: ServeOptions): Subscription;
-/** @deprecated Pass a generated descriptor instead: `bus.serve(LlmRpc.Complete, handler)`. */
-export function serveStream<Req, Res>(bus: Bus, subject: string, queue: string, requestCodec: Codec<Req>, responseCodec: Codec<Res>, handler: (request: Req, writer: StreamWriter<Res>) => Promise<void>): Subscription;
-export function serveStream<Req, Res>(bus: Bus, ...args: unknown[]): Subscription {
-  const rpc = typeof args[0] === "string" ? undefined : args[0] as Rpc<Req, Res, true, string>;
-  const subject = rpc ? rpcSubject(bus.names.namespace, rpc) : args[0] as string;
-  const queue = rpc ? (args[2] as ServeOptions | undefined)?.queue ?? rpc.queue : args[1] as string;
-  const requestCodec = rpc ? rpc.requestType : args[2] as Codec<Req>;
-  const responseCodec = rpc ? rpc.responseType : args[3] as Codec<Res>;
-  const handler = (rpc ? args[1] : args[4]) as (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>;
+export function serveStream<Req, Res>(bus: Bus, rpc: Rpc<Req, Res, true, string>, handler: (request: Req, writer: StreamWriter<Res>, context: RequestContext) => Promise<void>, options: ServeOptions = {}): Subscription {
+  const subject = rpcSubject(bus.names.namespace, rpc);
+  const queue = options.queue ?? rpc.queue;
   const handle = async (msg: Msg) => {
     const reply = msg.reply;
     const stopBeating = heartbeat(bus.nc, msg);
     await inSpan(`handle ${subject}`, { "messaging.destination": subject }, async () => {
       try {
-        const request = decodeRequest(msg, requestCodec, rpc);
+        const request = decodeRequest(msg, rpc.requestType, rpc);
         const h = newHeaders();
-        if (rpc) h.set(RPC_HEADER, rpc.fullName);
+        h.set(RPC_HEADER, rpc.fullName);
         await handler(request, {
           send: (message) => {
-            if (reply) bus.nc.publish(reply, responseCodec.encode(message).finish(), rpc ? { headers: h } : undefined);
+            if (reply) bus.nc.publish(reply, rpc.responseType.encode(message).finish(), { headers: h });
           },
         }, { subject: msg.subject, headers: msg.headers });
       } catch (error) {

@@ -4,7 +4,7 @@
 // deployment and the tests use the same function, so the three cannot drift apart.
 // Every service also answers NATS micro-service discovery for its own name (`$SRV.PING|INFO|STATS`,
 // `microSubjects` of @tack/bus): the one grant outside the namespace, to subscribe only.
-import { inboxPrefix, microName, microSubjects, names } from "@tack/bus";
+import { inboxPrefix, LlmRpc, LoopRpc, McpRpc, microName, microSubjects, names, rpcSubject, rpcSubjectPatterns, SandboxRpc, SkillsRpc, ToolsRpc, WorkspacesRpc, type Rpc } from "@tack/bus";
 
 /**
  * Every NATS user of a deployment: one per service, `probe` for container health checks (it may only
@@ -85,23 +85,23 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
   const spill = `OBJ_${n.spillBucket}`;
   const workspaces = `OBJ_${n.workspacesBucket}`;
   const inbox = (user: BusUser) => `${inboxPrefix(user)}.>`;
+  // Rpc subjects come from the generated descriptors: the queue-group subject, and every subject of an rpc with its parameters as `*`.
+  const rpc = (r: Rpc) => rpcSubject(ns, r);
+  const loopRpcs = Object.values(LoopRpc) as Rpc[];
   // Every JetStream client starts by asking for the account's JetStream info.
   const jsInfo = "$JS.API.INFO";
   return {
     gateway: {
       publish: [
         // Session commands, to any loop replica or to the session's current owner.
-        n.loopCreate, n.loopSubmit, n.loopDecide, n.loopMode, n.loopDelete, n.loopCancel, n.loopCompact, n.loopCopy,
-        n.loopAnswer, n.loopDecidePlan, n.loopPlanMode, n.loopToolsMode,
-        n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"), n.loopSessionCancel("*"), n.loopSessionCompact("*"),
-        n.loopSessionAnswer("*"), n.loopSessionDecidePlan("*"), n.loopSessionPlanMode("*"), n.loopSessionToolsMode("*"),
+        ...loopRpcs.map(rpc), ...loopRpcs.flatMap((r) => rpcSubjectPatterns(ns, r).slice(1)),
         // GET /v1/sessions/:id/context counts tokens.
-        n.llmCount,
+        rpc(LlmRpc.CountTokens),
         // GET /v1/web/search/health asks the tools service for its search providers' state.
-        n.toolsWebHealth,
+        rpc(ToolsRpc.WebSearchHealth),
         // Managed workspaces: the sandbox service unpacks and packs their archives, which pass
         // through an object store; nothing else of the sandbox's.
-        n.workspaceCreate, n.workspaceExport, n.workspaceDelete,
+        rpc(WorkspacesRpc.CreateWorkspace), rpc(WorkspacesRpc.ExportWorkspace), rpc(WorkspacesRpc.DeleteWorkspace),
         `$O.${n.workspacesBucket}.>`, ...streamEnsure(workspaces), ...streamRead(workspaces), purge(workspaces),
         // Reads the session log (events, context) and the tenants' spend (usage); writes neither.
         jsInfo, ...streamRead(log), ...messageGet(spend),
@@ -117,17 +117,16 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
     loop: {
       publish: [
         // A queue-group command for a session another replica keeps warm is passed to that owner.
-        n.loopSessionSubmit("*"), n.loopSessionDecide("*"), n.loopSessionMode("*"), n.loopSessionDelete("*"), n.loopSessionCancel("*"), n.loopSessionCompact("*"),
-        n.loopSessionAnswer("*"), n.loopSessionDecidePlan("*"), n.loopSessionPlanMode("*"), n.loopSessionToolsMode("*"),
-        n.llmComplete, n.llmCheck, n.llmEstimate,
-        n.toolsList, n.toolsCall, n.toolsRules, n.toolsHookConfig, n.toolsHookRun,
+        ...loopRpcs.flatMap((r) => rpcSubjectPatterns(ns, r).slice(1)),
+        rpc(LlmRpc.Complete), rpc(LlmRpc.CheckModel), rpc(LlmRpc.EstimateCost),
+        rpc(ToolsRpc.ListTools), rpc(ToolsRpc.CallTool), rpc(ToolsRpc.ReadRules), rpc(ToolsRpc.ReadHooksConfig), rpc(ToolsRpc.RunHook),
         // The skill catalog, a skill's body, and re-reading a skills root after a write or edit there.
-        n.skillsCatalog, n.skillsLoad, n.skillsInvalidate,
+        rpc(SkillsRpc.Catalog), rpc(SkillsRpc.LoadSkill), rpc(SkillsRpc.Invalidate),
         // A session's MCP tools (each step header) and calls to them.
-        n.mcpList, n.mcpCall,
+        rpc(McpRpc.ListTools), rpc(McpRpc.CallTool),
         // The sandbox-mode guard lists the processes left from a wider mode; deleting a session releases its containers;
         // a new session's sandbox is started at creation (pre-warm).
-        n.sandboxProcesses, n.sandboxRelease, n.sandboxEnsure,
+        rpc(SandboxRpc.ListProcesses), rpc(SandboxRpc.ReleaseSandbox), rpc(SandboxRpc.EnsureSandbox),
         // The only writer of session logs: creates the stream (and applies its limits), appends,
         // reads back, purges a deleted session's subject.
         n.logSubjects, jsInfo, ...streamEnsure(log), js("STREAM.UPDATE", log), ...streamRead(log), purge(log),
@@ -154,7 +153,7 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
     },
     tools: {
       publish: [
-        n.sandboxEnsure, n.sandboxExec,
+        rpc(SandboxRpc.EnsureSandbox), rpc(SandboxRpc.Exec),
         // A run_code program runs in the session's container as a stdio stream (decision 0020).
         `${ns}.sandbox.stdio.open`, `${ns}.sandbox.stdio.in.*`,
         // `read` of a spilled result (`tack-spill:<call_id>`).
@@ -194,7 +193,7 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
     mcp: {
       // Stdio MCP servers run in the session's sandbox (decision 0016): it ensures the container,
       // opens a stdio stream there and writes the stream's input; nothing else of the sandbox's.
-      publish: [n.sandboxEnsure, `${ns}.sandbox.stdio.open`, `${ns}.sandbox.stdio.in.*`],
+      publish: [rpc(SandboxRpc.EnsureSandbox), `${ns}.sandbox.stdio.open`, `${ns}.sandbox.stdio.in.*`],
       // Its own subjects, and the output of its streams (stream ids are random per stream).
       subscribe: [`${ns}.mcp.*`, `${ns}.sandbox.stdio.out.*`, inbox("mcp"), ...microSubjects("mcp")],
       // A call waits for its MCP server up to the call timeout (60 s by default, configurable), with heartbeats meanwhile.

@@ -6,7 +6,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { credentials, Metadata, type ClientReadableStream, type ServiceError } from "@grpc/grpc-js";
-import { Bus } from "@tack/bus";
+import { Bus, LoopRpc, rpcSubject } from "@tack/bus";
 import { readAll } from "@tack/log";
 import { gatewayV1, healthV1, type Event } from "@tack/proto";
 import { CONTRACT, type Gateway } from "@tack/gateway-service";
@@ -182,7 +182,7 @@ describe("contract", () => {
     expect(loopFailure.code).toBe(3);
     expect(loopFailure.metadata.get("tack-error-code")).toEqual(["llm.unknown_model"]);
     expect(loopFailure.details).toContain('unknown model "fail:model"');
-    expect(loop.subjects).toEqual([bus.names.loopCreate]);
+    expect(loop.subjects).toEqual([rpcSubject(bus.names.namespace, LoopRpc.CreateSession)]);
   });
 
   it("grpc - events stream from a seq, follow live appends, and resume after the last seq received", async () => {

@@ -7,7 +7,7 @@ import SQLite from "better-sqlite3";
 import { createParser } from "eventsource-parser";
 import { SpanKind, trace } from "@opentelemetry/api";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
-import { Bus } from "@tack/bus";
+import { Bus, LoopRpc, rpcSubject } from "@tack/bus";
 import { readAll } from "@tack/log";
 import { ensurePropagation } from "@tack/telemetry";
 import { MAX_BODY_BYTES, startGateway, type Gateway } from "@tack/gateway-service";
@@ -325,7 +325,7 @@ describe("gateway", () => {
     loop.subjects.length = 0;
     const hello = await post(session.id, "hello");
     expect(hello).toEqual({ seq: created + 1, turn: 1 });
-    expect(loop.subjects).toEqual([bus.names.loopSessionSubmit(session.id)]);
+    expect(loop.subjects).toEqual([rpcSubject(bus.names.namespace, LoopRpc.SubmitMessage.at({ session: session.id }))]);
 
     // A fresh loop replica owns nothing: the owner subject has no responders, the queue subject claims it.
     await loop.stop();
@@ -333,7 +333,7 @@ describe("gateway", () => {
     const again = await post(session.id, "again");
     const andAgain = await post(session.id, "and again");
     expect([again.turn, andAgain.turn]).toEqual([2, 3]);
-    expect(loop.subjects).toEqual([bus.names.loopSubmit, bus.names.loopSessionSubmit(session.id)]);
+    expect(loop.subjects).toEqual([rpcSubject(bus.names.namespace, LoopRpc.SubmitMessage), rpcSubject(bus.names.namespace, LoopRpc.SubmitMessage.at({ session: session.id }))]);
     const events = await logOf(session.id);
     const messages = events.filter((e) => e.payload?.$case === "userMessage").map((e) => [e.seq, e.payload?.$case === "userMessage" && e.payload.value.text]);
     expect(messages).toEqual([[hello.seq, "hello"], [again.seq, "again"], [andAgain.seq, "and again"]]);
@@ -365,7 +365,7 @@ describe("gateway", () => {
     const res = await call("POST", `/v1/sessions/${session.id}/approvals/${asked}`, { body: { decision: "allow_once" } });
     expect(res.status, JSON.stringify(res.json)).toBe(200);
     expect(res.json).toEqual({ seq: expect.any(Number) });
-    expect(loop.subjects).toEqual([bus.names.loopSessionDecide(session.id)]);
+    expect(loop.subjects).toEqual([rpcSubject(bus.names.namespace, LoopRpc.DecideApproval.at({ session: session.id }))]);
     const events = await logOf(session.id);
     expect(events.find((e) => e.seq === res.json.seq)!.payload).toEqual({ $case: "approvalDecided", value: {
       callId: "call_0_0", decision: "allow_once", decidedBy: "acme",
@@ -382,7 +382,7 @@ describe("gateway", () => {
     loop = await RealLoop.start(NATS_URL, namespace);
     const res = await call("POST", `/v1/sessions/${session.id}/approvals/call_0_0`, { body: { decision: "reject" } });
     expect(res.status, JSON.stringify(res.json)).toBe(200);
-    expect(loop.subjects).toEqual([bus.names.loopDecide]);
+    expect(loop.subjects).toEqual([rpcSubject(bus.names.namespace, LoopRpc.DecideApproval)]);
     const events = await logOf(session.id);
     expect(events.find((e) => e.seq === res.json.seq)!.payload).toMatchObject({ value: { decision: "reject", decidedBy: "acme" } });
   });
@@ -430,7 +430,7 @@ describe("gateway", () => {
     const res = await call("POST", `/v1/sessions/${session.id}/sandbox_mode`, { body: { mode: "read-only" } });
     expect(res.status, JSON.stringify(res.json)).toBe(200);
     expect(res.json).toEqual({ seq: created + 1, sandbox_mode: "read-only" });
-    expect(loop.subjects).toEqual([bus.names.loopSessionMode(session.id)]);
+    expect(loop.subjects).toEqual([rpcSubject(bus.names.namespace, LoopRpc.SetSandboxMode.at({ session: session.id }))]);
     const events = await readAll(bus.nc, bus.names, { tenant: "acme", sessionId: session.id });
     expect(events.at(-1)!.payload).toEqual({ $case: "sandboxMode", value: { mode: "read-only", changedBy: "acme" } });
     expect((await call("GET", `/v1/sessions/${session.id}`)).json.sandbox_mode).toBe("read-only");
@@ -530,9 +530,9 @@ describe("gateway", () => {
     expect(server.kind).toBe(SpanKind.SERVER);
     expect(server.parentSpanContext?.spanId).toBe(parentId);
     expect(server.attributes).toMatchObject({ "http.response.status_code": 201, "tack.tenant": "acme" });
-    const client = await waitForSpan(`request ${bus.names.loopCreate}`, (s) => s.spanContext().traceId === traceId);
+    const client = await waitForSpan(`request ${rpcSubject(bus.names.namespace, LoopRpc.CreateSession)}`, (s) => s.spanContext().traceId === traceId);
     expect(client.parentSpanContext?.spanId).toBe(server.spanContext().spanId);
-    const handled = await waitForSpan(`handle ${bus.names.loopCreate}`, (s) => s.spanContext().traceId === traceId);
+    const handled = await waitForSpan(`handle ${rpcSubject(bus.names.namespace, LoopRpc.CreateSession)}`, (s) => s.spanContext().traceId === traceId);
     expect(handled.parentSpanContext?.spanId).toBe(client.spanContext().spanId);
   });
 

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import SQLite from "better-sqlite3";
 import { createParser, type EventSourceMessage } from "eventsource-parser";
-import { Bus } from "@tack/bus";
+import { Bus, LoopRpc, rpcSubject } from "@tack/bus";
 import { compileOperatorConfig, type OperatorConfig } from "@tack/config";
 import { ensureLogStream, readAll } from "@tack/log";
 import { removeNamespace, waitFor } from "@tack/testkit";
@@ -113,7 +113,7 @@ function indexCount(tenant: string): number {
   }
 }
 
-const creates = () => loop.subjects.filter((s) => s === bus.names.loopCreate).length;
+const creates = () => loop.subjects.filter((s) => s === rpcSubject(bus.names.namespace, LoopRpc.CreateSession)).length;
 
 /**
  * Opens an event stream; `next` reads the next message (eventsource-parser skips the keepalive comments),

@@ -231,8 +231,8 @@ describe("session tools", () => {
       decode: DecideApprovalRequest.decode,
     };
     const old = DecideApprovalRequest.fromPartial({ tenant: "local", sessionId: id, callId: "call_0_0", decidedBy: "tester", retiredKind: "question" });
-    for (const subject of [bus.names.loopSessionDecide(id), bus.names.loopDecide]) {
-      await expect(bus.request(subject, legacyAnswer, old, DecideApprovalResponse, { timeoutMs: 10_000 })).rejects.toMatchObject({
+    for (const rpc of [LoopRpc.DecideApproval.at({ session: id }), LoopRpc.DecideApproval]) {
+      await expect(bus.request({ ...rpc, requestType: legacyAnswer }, old, { timeoutMs: 10_000 })).rejects.toMatchObject({
         code: "loop.outdated_request", message: expect.stringMatching(/^DecideApproval with kind "question" .* rpc AnswerQuestion \(loop\.answer\)\. Upgrade the gateway/),
       });
     }

@@ -1,7 +1,7 @@
 // `tack skills list|add`: the skills the running Tack offers in a workspace, and installing skills
 // from a git URL, an npm package or a local folder where the operator allows it.
 import { dirname, join, resolve } from "node:path";
-import { SkillsRpc, TackError } from "@tack/bus";
+import { rpcSubject, SkillsRpc, TackError } from "@tack/bus";
 import type { OperatorConfig } from "@tack/config";
 import { SkillCatalogResponse } from "@tack/proto";
 import type { SkillsCommand } from "../args.js";
@@ -39,7 +39,7 @@ async function list(command: Extract<SkillsCommand, { action: "list" }>, cwd: st
   } catch (error) {
     const failure = TackError.from(error);
     if (failure.code === "bus.no_responders") {
-      throw new TackError("cli.not_running", `Tack (namespace ${location.namespace}) runs no skills service (nothing answers ${bus.names.skillsCatalog}); restart it with \`tack down\` and \`tack up\``, { cause: error });
+      throw new TackError("cli.not_running", `Tack (namespace ${location.namespace}) runs no skills service (nothing answers ${rpcSubject(bus.names.namespace, SkillsRpc.Catalog)}); restart it with \`tack down\` and \`tack up\``, { cause: error });
     }
     throw error;
   } finally {
