@@ -87,6 +87,9 @@ describe("bus permission table", () => {
     expect(subscribers("acme.sandbox.stdio.out.0123456789abcdef0123456789abcdef")).toEqual(["tools", "sandbox", "mcp"]);
     expect(subscribers("acme.sandbox.stdio.open")).toEqual(["sandbox"]);
     expect(subscribers("$SRV.PING.tack-loop")).toEqual(["loop"]);
+    // The gateway asks whether loops run when none serves a loop rpc (gateway.loop_outdated); it pings no other service.
+    expect(publishers("$SRV.PING.tack-loop")).toContain("gateway");
+    expect(publishers("$SRV.PING.tack-sandbox")).not.toContain("gateway");
     expect(subscribers("$SRV.STATS.tack-sandbox.ABC123")).toEqual(["sandbox"]);
     expect(publishers("$SRV.PING")).toEqual([]);
   });

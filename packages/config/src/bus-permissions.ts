@@ -109,6 +109,8 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         ...streamRead(spill),
         // What one replica changed (a revoked key, a session's row) every other drops from its caches at once.
         n.gatewayChanged,
+        // Whether loop replicas run when none serves a loop rpc (they are older than the gateway: gateway.loop_outdated).
+        `$SRV.PING.${microName("loop")}`,
       ],
       subscribe: [inbox("gateway"), ...microSubjects("gateway"), n.gatewayChanged],
       // Answers only micro-service discovery ($SRV.PING/INFO/STATS): one reply each.

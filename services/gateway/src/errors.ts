@@ -68,6 +68,8 @@ function serverFailureSentence(e: TackError, status: number): string {
   switch (code) {
     case "bus.no_responders":
       return `no ${service ?? "Tack"} service answers; start Tack with \`tack up\``;
+    case "gateway.loop_outdated":
+      return `the loop service does not serve ${e.details.rpc ?? "this operation"} yet: the loops may be older than this gateway; upgrade the loops first, then the gateways, and retry`;
     case "bus.unreachable":
       return "the gateway cannot reach the message bus; retry shortly, and ask the operator to check NATS if it persists";
     case "bus.timeout":

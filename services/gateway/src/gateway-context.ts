@@ -1,7 +1,7 @@
 // What every operation of the gateway works with (the context), and the lookups most of them
 // start with: the caller's session, and the loop replica that serves it.
 import type { JetStreamManager } from "@nats-io/jetstream";
-import { TackError, type Bus, type Rpc } from "@tack/bus";
+import { discoverMicro, TACK_VERSION, TackError, type Bus, type Rpc } from "@tack/bus";
 import type { AuditLog } from "./audit.js";
 import type { Call } from "./call.js";
 import type { ReplicaChanges } from "./changes.js";
@@ -53,6 +53,26 @@ export async function requestLoop<Req, Res>(
     return await context.bus.request(rpc.at({ session: sessionId }), request, options);
   } catch (error) {
     if (!(error instanceof TackError && error.code === "bus.no_responders")) throw error;
-    return context.bus.request(rpc, request, options);
   }
+  try {
+    return await context.bus.request(rpc, request, options);
+  } catch (error) {
+    if (error instanceof TackError && error.code === "bus.no_responders") throw await loopWithout(context, rpc, error);
+    throw error;
+  }
+}
+
+/**
+ * The failure of a loop rpc no replica serves. When loop replicas answer discovery all the same,
+ * they are older than this gateway and do not know the rpc (decision 0025: upgrade the loops
+ * first): `gateway.loop_outdated`, naming the rpc and their versions. Otherwise no loop runs and
+ * `noResponders` stands.
+ */
+async function loopWithout(context: GatewayContext, rpc: Rpc, noResponders: TackError): Promise<TackError> {
+  const loops = await discoverMicro(context.bus, { service: "loop", waitMs: 500, stallMs: 100 }).catch(() => []);
+  if (loops.length === 0) return noResponders;
+  const versions = [...new Set(loops.map((loop) => loop.instance.version))].sort().join(", ");
+  return new GatewayError(503, "gateway.loop_outdated", `no loop replica serves ${rpc.fullName}, though ${loops.length} loop replica(s) of version ${versions} run (this gateway: ${TACK_VERSION}): the loops are older than the gateway; upgrade the loops first, then the gateways (docs/decisions/0025-one-rpc-per-operation.md)`, {
+    details: { rpc: rpc.fullName, loop_versions: versions, gateway_version: TACK_VERSION }, cause: noResponders,
+  });
 }

@@ -20,6 +20,7 @@ export const GATEWAY_CODES = {
   "gateway.key_not_revocable": spec(409, "FAILED_PRECONDITION", false, "The key comes from the operator configuration or TACK_API_KEY, not the API; remove or change it there and restart the gateway."),
   "gateway.limit_exceeded": spec(429, "RESOURCE_EXHAUSTED", false, "The tenant is at one of its limits (max_sessions, max_workspaces, max_event_streams or requests_per_minute, named in details); wait (see retry-after), free something, or ask the operator to raise it."),
   "gateway.listen_failed": spec(500, "FAILED_PRECONDITION", false, "The gateway cannot listen on its host and port (usually in use); set TACK_GATEWAY_PORT to a free port or stop the other process."),
+  "gateway.loop_outdated": spec(503, "UNAVAILABLE", true, "Loop replicas run but none serves the loop rpc the gateway called (the message names it): the loops are older than the gateway. Upgrade the loops first, then the gateways (docs/decisions/0025-one-rpc-per-operation.md); retry once they are."),
   "gateway.malformed_authorization": spec(401, "UNAUTHENTICATED", false, "The Authorization header is not `Bearer <key>`; send the API key in that form."),
   "gateway.malformed_json": spec(400, "INVALID_ARGUMENT", false, "The request body is not valid JSON in UTF-8 (the message says where it breaks); send well-formed JSON."),
   "gateway.method_not_allowed": spec(405, "UNIMPLEMENTED", false, "The route exists but not with this HTTP method; use a method the `allow` header lists."),
