@@ -1,7 +1,8 @@
 // The bus: typed protobuf request/reply over NATS, subjects and trace propagation.
 export { ALIVE_HEADER, Bus, DEFAULT_SILENCE_MS, ERROR_HEADER, HEARTBEAT_HEADER, HEARTBEAT_MS, heartbeat, inboxPrefix, MAX_BUS_PAYLOAD, RPC_HEADER, type BusAuth, type BusCredentials, type BusOptions, type BusTls, type Codec, type RequestContext, type RequestOptions, type ServeOptions } from "./bus.js";
 export { rpcSubject, rpcSubjectPatterns, type Rpc, type RpcRoute } from "./descriptor.js";
-export * from "./gen/descriptors.js";
+// Named, not `export *`: the build maps each name to its module, so a bundle that needs TackError loads no descriptor (nor the messages they import).
+export { BUS_RPCS, LlmRpc, LoopRpc, McpRpc, SandboxRpc, SkillsRpc, ToolsRpc, WorkspacesRpc } from "./gen/descriptors.js";
 export { endpoint, startService, type Endpoint, type ServiceHandle, type StartServiceOptions } from "./service.js";
 export { TackError } from "./errors.js";
 export { assertToken, names, serviceNamespace, type Names } from "./subjects.js";
