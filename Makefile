@@ -1,13 +1,22 @@
 # Tack: the two commands are `make up` and `make test`. `make help` lists the rest.
 SHELL := bash
 NODE_MODULES := node_modules/.package-lock.json
+# The Node that runs Tack (decision 0023): the version in .node-version, brought into .tack/node by
+# scripts/ensure-node.sh, first on PATH for every target (node, npm, npx); npm builds native modules against its headers.
+NODE_DIR := $(CURDIR)/.tack/node
+export PATH := $(NODE_DIR)/bin:$(PATH)
+export npm_config_nodedir := $(NODE_DIR)
 
-.PHONY: help up down test lint gen gen-check bench build sandbox-image docker deps
+.PHONY: help up down test lint gen gen-check bench build sandbox-image docker deps node
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk -F':.*## ' '{ printf "  make %-14s %s\n", $$1, $$2 }'
 
-$(NODE_MODULES): package.json package-lock.json
+node: ## install the pinned Node (.node-version) into .tack/node from the npm registry (once; then a no-op)
+	@scripts/ensure-node.sh >/dev/null
+
+# node_modules follow the pin: a new one reinstalls them, so native modules match the Node that loads them.
+$(NODE_MODULES): package.json package-lock.json .node-version | node
 	npm ci --no-audit --no-fund
 	@touch $@
 
@@ -20,7 +29,7 @@ build: deps ## bundle the CLI and every service into dist/ (esbuild; only what c
 docker: ## make sure a Docker engine runs (installs docker.io + runsc from Debian when root)
 	@scripts/ensure-docker.sh
 
-sandbox-image: docker ## build the sandbox image locally (debootstrap + docker import)
+sandbox-image: docker node ## build the sandbox image locally (debootstrap + docker import)
 	@scripts/build-sandbox-image.sh
 
 .PHONY: images
@@ -30,7 +39,7 @@ images: build docker ## build the services, NATS, PostgreSQL and sandbox images 
 up: build sandbox-image ## run Tack locally (NATS, every service, gateway URL); a demo session runs when no API key is set
 	@node packages/cli/bin/tack.js up --demo
 
-down: ## stop a Tack started by `make up` in the background
+down: node ## stop a Tack started by `make up` in the background
 	@node packages/cli/bin/tack.js down
 
 test: build sandbox-image ## run every test (real NATS, real Docker)

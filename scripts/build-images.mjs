@@ -4,7 +4,7 @@
 //
 //   tack-services:<v>   the compiled services (dist/ from `make build` of the committed HEAD, via git archive), the sources beside them (prompts, tool
 //                       descriptions, the sandbox agent: see decision 0011), the production node_modules the
-//                       bundles import (with better-sqlite3's native module), the host's Node 20 binary, user
+//                       bundles import (with better-sqlite3's native module), the pinned Node of .node-version, user
 //                       `tack` (uid 10001), entrypoint scripts/images/entrypoint.ts (first argument = the service)
 //   tack-nats:<v>       Debian's nats-server, user `nats` (uid 10002), JetStream store in /data
 //   tack-postgres:<v>   Debian's PostgreSQL 15, user `postgres` (uid 10003), data in /var/lib/postgresql/data
@@ -357,7 +357,7 @@ async function bundleEntrypoint(src, outfile) {
     bundle: true,
     format: "esm",
     platform: "node",
-    target: "node20",
+    target: `node${readFileSync(join(root, ".node-version"), "utf8").trim().split(".")[0]}`,
     logLevel: "error",
     banner: { js: "// Built by scripts/build-images.mjs from scripts/images/entrypoint.ts; do not edit." },
     plugins: [{
@@ -373,8 +373,8 @@ async function servicesImage(version, force) {
   const started = performance.now();
   const node = realpathSync(process.execPath);
   const nodeVersion = process.versions.node;
-  const [major, minor] = nodeVersion.split(".").map(Number);
-  if (major !== 20 || minor < 19) fail(`the services image takes this host's node binary (${node}, ${nodeVersion}), which must be Node 20.19 or later in 20.x (the ABI better-sqlite3 was built for); install Debian's nodesource nodejs 20 package`);
+  const pinned = readFileSync(join(root, ".node-version"), "utf8").trim();
+  if (nodeVersion !== pinned) fail(`the services image takes the node binary that runs this script (${node}, ${nodeVersion}), which must be the pinned Node ${pinned} of .node-version (the one node_modules' better-sqlite3 was built for); run it through make (make images), which puts .tack/node/bin first on PATH`);
   const src = committedTree();
   const staging = mkdtempSync("/var/tmp/tack-services-image-");
   try {

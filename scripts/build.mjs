@@ -5,7 +5,7 @@
 //   node scripts/build.mjs [--outdir DIR] [--force]
 //
 // One bundle per entry point: packages/cli/src/main.ts → cli/main.js, services/<name>/src/main.ts →
-// services/<name>/main.js (ESM, node20, with a linked source map). The workspace packages (@tack/*) are
+// services/<name>/main.js (ESM, for the Node of .node-version, with a linked source map). The workspace packages (@tack/*) are
 // bundled in; every npm package stays external and is loaded from node_modules at run time (native
 // modules such as better-sqlite3 and dynamic requires keep working). In every bundled module
 // `import.meta.url`, `import.meta.dirname` and `import.meta.filename` mean its source file, as under tsx,
@@ -103,7 +103,9 @@ const builtins = new Set(builtinModules);
 const packageFiles = packageJsonFiles();
 const dependencies = declaredDependencies(packageFiles);
 // Files every bundle depends on besides its sources: the build itself and what steers resolution.
-const buildFiles = ["scripts/build.mjs", "packages/cli/src/build-manifest.js", "tsconfig.json", ...packageFiles];
+const buildFiles = ["scripts/build.mjs", "packages/cli/src/build-manifest.js", "tsconfig.json", ".node-version", ...packageFiles];
+// The syntax the bundles may use: that of the pinned Node's major (decision 0023).
+const nodeTarget = `node${readFileSync(join(root, ".node-version"), "utf8").trim().split(".")[0]}`;
 
 /** A module-relative URL path of `rel` (a path relative to the checkout), each segment encoded. */
 const urlPath = (rel) => rel.split(sep).map(encodeURIComponent).join("/");
@@ -252,7 +254,7 @@ async function bundle(entry) {
     bundle: true,
     format: "esm",
     platform: "node",
-    target: "node20",
+    target: nodeTarget,
     sourcemap: "linked",
     sourcesContent: false,
     metafile: true,

@@ -17,7 +17,15 @@ export interface ServiceCommand {
   readonly compiled: boolean;
   /** Why the sources run through tsx (TACK_DEV=1, no build, a source changed since the build); undefined when compiled. */
   readonly why?: string;
+  /** Environment the command adds to the service's own: where Node keeps the bundle's compiled code between starts. */
+  readonly env: Readonly<Record<string, string>>;
 }
+
+/**
+ * Where Node keeps the compiled code of the bundles between runs (module compile cache, decision 0023): in the
+ * checkout, owned by whoever runs Tack, never a shared temporary directory another user could write into.
+ */
+export const compileCacheDir = join(repoRoot, ".tack", "compile-cache");
 
 export interface ServiceCommandOptions {
   /** `TACK_DEV=1` here forces tsx (default `process.env`). */
@@ -32,9 +40,9 @@ export interface ServiceCommandOptions {
  */
 export function serviceCommand(name: string, options: ServiceCommandOptions = {}): ServiceCommand {
   const compiled = compiledEntry(`services/${name}`, { env: options.env, distDir: options.distDir, root: repoRoot });
-  if (compiled.file) return { command: process.execPath, args: ["--enable-source-maps", compiled.file], entry: compiled.file, compiled: true };
+  if (compiled.file) return { command: process.execPath, args: ["--enable-source-maps", compiled.file], entry: compiled.file, compiled: true, env: { NODE_COMPILE_CACHE: compileCacheDir } };
   const entry = join(repoRoot, "services", name, "src", "main.ts");
-  return { command: process.execPath, args: ["--import", "tsx", entry], entry, compiled: false, why: compiled.why };
+  return { command: process.execPath, args: ["--import", "tsx", entry], entry, compiled: false, why: compiled.why, env: {} };
 }
 
 /** True when the entry point of service `name` exists. */

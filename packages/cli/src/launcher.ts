@@ -271,9 +271,9 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
   };
 
   const spawnReplica = (replica: Replica): Child => {
-    const { command, args } = serviceCommand(replica.service, { env });
+    const { command, args, env: commandEnv } = serviceCommand(replica.service, { env });
     const name = replica.index === 1 ? replica.service : `${replica.service}-${replica.index}`;
-    const child = spawnChild(name, command, [...args], { cwd: repoRoot, env: serviceEnv(replica.service, replica.index), logFile: replica.logFile });
+    const child = spawnChild(name, command, [...args], { cwd: repoRoot, env: { ...serviceEnv(replica.service, replica.index), ...commandEnv }, logFile: replica.logFile });
     Object.assign(replica, { child, startedAt: Date.now(), readyAt: undefined });
     void child.exited.then((exit) => onExit(replica, child, exit));
     return child;

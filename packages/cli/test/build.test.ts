@@ -1,10 +1,9 @@
-import { execFile, spawn } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
-import { join, relative } from "node:path";
-import { pathToFileURL } from "node:url";
+import { dirname, join, relative } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Bus, TackError, ToolsRpc } from "@tack/bus";
@@ -73,11 +72,10 @@ describe("build", () => {
   });
 
   it("build - the bundled `tack run` reaches the gateway without loading zod or @grpc/grpc-js (each ~100 ms of start-up)", async () => {
-    // Every module the CLI resolves, as a loader hook sees it (on stderr).
-    const hook = join(outdir, "resolve-hook.mjs");
-    writeFileSync(hook, 'export async function resolve(specifier, context, next) { const r = await next(specifier, context); process.stderr.write(`resolved ${r.url}\\n`); return r; }\n');
+    // Every module the CLI resolves, as a resolve hook sees it (on stderr). registerHooks runs it on the main thread:
+    // the output of module.register's hooks thread may be lost when the process is killed (Node 24).
     const register = join(outdir, "register-hook.mjs");
-    writeFileSync(register, `import { register } from "node:module";\nregister(${JSON.stringify(pathToFileURL(hook).href)});\n`);
+    writeFileSync(register, 'import { registerHooks } from "node:module";\nregisterHooks({ resolve(specifier, context, next) { const r = next(specifier, context); process.stderr.write(`resolved ${r.url}\\n`); return r; } });\n');
     const gateway = createServer();
     const reached = new Promise<void>((resolve) => gateway.once("connection", (socket) => {
       socket.destroy();
@@ -166,5 +164,14 @@ describe("build", () => {
     }
     expect(compiledEntry("cli", { distDir: outdir, env: {} }).file).toBe(join(outdir, "cli", "main.js"));
     expect(hasServiceEntry("no-such-service", { distDir: outdir, env: {} })).toBe(false);
+  });
+
+  it("serviceCommand - a compiled service keeps its compiled code in the checkout's .tack/compile-cache (Node's module compile cache)", () => {
+    const fresh = serviceCommand("tools", { distDir: outdir, env: {} });
+    expect(fresh.env).toEqual({ NODE_COMPILE_CACHE: join(repoRoot, ".tack", "compile-cache") });
+    expect(serviceCommand("tools", { distDir: outdir, env: { TACK_DEV: "1" } }).env).toEqual({});
+    // The Node that runs Tack honours it (Node 22 and later; decision 0023).
+    const dir = spawnSync(fresh.command, ["-p", "require('node:module').getCompileCacheDir()"], { env: { PATH: process.env.PATH, ...fresh.env }, encoding: "utf8" });
+    expect(dirname(dir.stdout.trim())).toBe(join(repoRoot, ".tack", "compile-cache"));
   });
 });

@@ -77,7 +77,7 @@ export async function compileProgram(code: string): Promise<string> {
   // Loaded at run time (it starts a helper process), and esbuild is a development dependency of the checkout.
   esbuild ??= createRequire(import.meta.url)("esbuild") as Esbuild;
   try {
-    // node18: the sandbox image's Node (Debian's).
+    // The sandbox image's Node is the pinned one of .node-version (decision 0023); node18 syntax runs on it and on any later.
     const { code: js } = await esbuild.transform(`(async () => {\n${code}\n})`, { loader: "ts", target: "node18", sourcefile: "program.ts" });
     return js;
   } catch (error) {
