@@ -48,7 +48,10 @@ export async function startToolsService(options: ToolsServiceOptions): Promise<T
     endpoints: (signal) => [
       endpoint(ToolsRpc.ListTools, async (request) => ({ tools: listTools(request.mode, request.defined) })),
       endpoint(ToolsRpc.CallTool, (request) => callTool(request, { sandbox, spills, signal, retry, bus })),
-      endpoint(ToolsRpc.WebSearchHealth, (request) => webSearchHealth(request)),
+      endpoint(ToolsRpc.WebSearchHealth, async (request) => {
+        const health = await webSearchHealth(request);
+        return { ...health, providers: [...health.providers] };
+      }),
       endpoint(ToolsRpc.ReadRules, (request) => readRules(request, sandbox, signal)),
       endpoint(ToolsRpc.ReadHooksConfig, (request) => readHooksConfig(request, sandbox, signal)),
       endpoint(ToolsRpc.RunHook, (request) => runHook(request, sandbox, signal)),
