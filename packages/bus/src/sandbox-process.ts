@@ -9,10 +9,12 @@ import { OpenStdioRequest, StdioFrame, type OpenStdioResponse } from "@tack/prot
 import type { Bus } from "./bus.js";
 import { rpcSubject } from "./descriptor.js";
 import { SandboxRpc } from "./gen/descriptors.js";
+import { names } from "./subjects.js";
 
-/** The subjects of one stdio stream, spelled as the sandbox service spells them (a test checks they agree). */
+/** The subjects of one stdio stream: the rpc that opens it, then its input and output (`Names`, which the sandbox service uses too). */
 export function sandboxStdioSubjects(namespace: string, streamId: string): { open: string; input: string; output: string } {
-  return { open: rpcSubject(namespace, SandboxRpc.OpenStdio), input: `${namespace}.sandbox.stdio.in.${streamId}`, output: `${namespace}.sandbox.stdio.out.${streamId}` };
+  const n = names(namespace);
+  return { open: rpcSubject(namespace, SandboxRpc.OpenStdio), input: n.stdioInput(streamId), output: n.stdioOutput(streamId) };
 }
 
 /** A stream is pinged this often; the sandbox kills a process whose caller is silent for 60 s. */

@@ -23,6 +23,14 @@ export interface Names {
   readonly spendBucket: string;
   /** KV bucket of sandbox placements, one key per session and mode (written by the sandbox service, purged with a deleted session). */
   readonly sandboxBucket: string;
+  /** Input of one stdio stream of a process in a sandbox (decision 0016): the caller publishes StdioFrames, the sandbox service reads. */
+  stdioInput(streamId: string): string;
+  /** Output of one stdio stream: the sandbox service publishes, the caller reads. */
+  stdioOutput(streamId: string): string;
+  /** Every stream's input (`.in.*`), for permissions. */
+  readonly stdioInputs: string;
+  /** Every stream's output (`.out.*`), for permissions. */
+  readonly stdioOutputs: string;
 }
 
 const TOKEN = /^[a-z0-9][a-z0-9_-]*$/;
@@ -65,5 +73,9 @@ export function names(namespace = "tack"): Names {
     spillBucket: `${upper}_SPILL`,
     spendBucket: `${upper}_SPEND`,
     sandboxBucket: `${upper}_SANDBOXES`,
+    stdioInput: (streamId) => `${namespace}.sandbox.stdio.in.${streamId}`,
+    stdioOutput: (streamId) => `${namespace}.sandbox.stdio.out.${streamId}`,
+    stdioInputs: `${namespace}.sandbox.stdio.in.*`,
+    stdioOutputs: `${namespace}.sandbox.stdio.out.*`,
   };
 }

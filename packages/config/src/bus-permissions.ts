@@ -157,12 +157,12 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
       publish: [
         rpc(SandboxRpc.EnsureSandbox), rpc(SandboxRpc.Exec),
         // A run_code program runs in the session's container as a stdio stream (decision 0020).
-        `${ns}.sandbox.stdio.open`, `${ns}.sandbox.stdio.in.*`,
+        rpc(SandboxRpc.OpenStdio), n.stdioInputs,
         // `read` of a spilled result (`tack-spill:<call_id>`).
         jsInfo, ...streamRead(spill),
       ],
       // Its own subjects, and the output of its programs' streams (stream ids are random per stream).
-      subscribe: [`${ns}.tools.*`, `${ns}.sandbox.stdio.out.*`, inbox("tools"), ...microSubjects("tools")],
+      subscribe: [`${ns}.tools.*`, n.stdioOutputs, inbox("tools"), ...microSubjects("tools")],
       // A tool call may run a command for up to 600 s (bash's limit) plus the sandbox's margin,
       // sending a heartbeat every second meanwhile (so the loop can tell a dead worker in 5 s).
       responses: { max: 10_000, expires: "15m" },
@@ -172,7 +172,7 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
         // Forwards to the replica that holds a session's container, and pings it.
         `${ns}.sandbox.replica.*.*`,
         // Output of the long-lived processes (MCP stdio servers) whose stdio travels over the bus (decision 0016).
-        `${ns}.sandbox.stdio.out.*`,
+        n.stdioOutputs,
         // Checks a request against the session's first log event (its tenant and workspace); reads nothing else of the log.
         jsInfo, ...messageGet(log),
         // Container placements across replicas, and the archives of managed workspaces.
@@ -195,9 +195,9 @@ function permissionTable(namespace: string): Record<BusUser, BusPermissions> {
     mcp: {
       // Stdio MCP servers run in the session's sandbox (decision 0016): it ensures the container,
       // opens a stdio stream there and writes the stream's input; nothing else of the sandbox's.
-      publish: [rpc(SandboxRpc.EnsureSandbox), `${ns}.sandbox.stdio.open`, `${ns}.sandbox.stdio.in.*`],
+      publish: [rpc(SandboxRpc.EnsureSandbox), rpc(SandboxRpc.OpenStdio), n.stdioInputs],
       // Its own subjects, and the output of its streams (stream ids are random per stream).
-      subscribe: [`${ns}.mcp.*`, `${ns}.sandbox.stdio.out.*`, inbox("mcp"), ...microSubjects("mcp")],
+      subscribe: [`${ns}.mcp.*`, n.stdioOutputs, inbox("mcp"), ...microSubjects("mcp")],
       // A call waits for its MCP server up to the call timeout (60 s by default, configurable), with heartbeats meanwhile.
       responses: { max: 10_000, expires: "15m" },
     },

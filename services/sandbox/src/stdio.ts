@@ -4,7 +4,7 @@
 // `<ns>.sandbox.stdio.in.<stream>`, its output goes out as StdioFrames on
 // `<ns>.sandbox.stdio.out.<stream>`. Frames are numbered; a gap ends the stream, never a resend.
 import type { Msg, Subscription } from "@nats-io/nats-core";
-import { TackError, type Bus } from "@tack/bus";
+import { names, TackError, type Bus } from "@tack/bus";
 import { WORKSPACE } from "@tack/config";
 import { StdioFrame, type OpenStdioRequest, type OpenStdioResponse } from "@tack/proto";
 import type { AgentChannel, SpawnedProcess } from "./agent.js";
@@ -19,7 +19,8 @@ const MAX_FRAME_DATA = 256 * 1024;
 
 /** The subjects of one stdio stream: the service reads `input` and publishes on `output`. */
 export function stdioSubjects(namespace: string, streamId: string): { input: string; output: string } {
-  return { input: `${namespace}.sandbox.stdio.in.${streamId}`, output: `${namespace}.sandbox.stdio.out.${streamId}` };
+  const n = names(namespace);
+  return { input: n.stdioInput(streamId), output: n.stdioOutput(streamId) };
 }
 
 /** Checks an open request, failing with `sandbox.bad_request` naming what is wrong. */
