@@ -30,13 +30,13 @@ export const PROVIDER_KEY_VARIABLES = ["DEEPSEEK_API_KEY", "OPENAI_API_KEY", "AN
 
 /**
  * What every service gets: the process basics (PATH, HOME for `~/.tack`, locale and time zone,
- * TMPDIR), NATS (the URL; its own credentials file, or the operator's user and TLS files for a
+ * TMPDIR, NODE_COMPILE_CACHE: where the launcher keeps compiled bundles' V8 code cache), NATS (the URL; its own credentials file, or the operator's user and TLS files for a
  * given NATS), the OTEL_* telemetry settings, and every `TACK_*` setting that is not a secret.
  * NODE_OPTIONS is not passed: Tack sets none, and it could load code into every service.
  */
 export const BASE_ENV = {
   names: [
-    "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "NATS_URL",
+    "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "NODE_COMPILE_CACHE", "NATS_URL",
     "TACK_NATS_CREDENTIALS", "TACK_NATS_USER", "TACK_NATS_PASSWORD", "TACK_NATS_TLS_CA", "TACK_NATS_TLS_CERT", "TACK_NATS_TLS_KEY",
   ],
   prefixes: ["LC_", "OTEL_"],

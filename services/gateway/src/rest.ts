@@ -512,7 +512,8 @@ function describeJsonError(text: string, message: string): string {
   const before = text.slice(0, offset);
   const line = before.split("\n").length;
   const column = offset - before.lastIndexOf("\n");
-  return message.replace(/ in JSON at position \d+| at position \d+/, ` at line ${line}, column ${column}`);
+  // Newer V8 (Node 22+) also appends "(line L column C)" itself: said once, in our words.
+  return message.replace(/ \(line \d+ column \d+\)$/, "").replace(/ in JSON at position \d+| at position \d+/, ` at line ${line}, column ${column}`);
 }
 
 /**
