@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "@tack/testkit";
-import { docker, Harness, uniqueNamespace } from "./helpers.js";
+import { docker, Harness, rejection, uniqueNamespace } from "./helpers.js";
 
 const mountsUnder = async (dir: string) => (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((line) => line.split(" ")[4]?.startsWith(dir));
 
@@ -82,10 +82,11 @@ describe("sandbox warm pool", () => {
     await writeFile(join(workspace, "kept.txt"), "kept\n");
     const { containerId } = await h.ensure({ sessionId: "p-restart", workspace });
     // Killed from outside: the agent is PID 1, whose signals from commands the kernel drops.
-    const running = h.exec("p-restart", ["sleep", "30"]);
+    // Caught from the start: the agent_lost answer can arrive before docker's kill call returns.
+    const running = rejection(h.exec("p-restart", ["sleep", "30"]));
     await waitFor("the command to run", async () => (await h.processes("p-restart")).processes.some((p) => p.command === "sleep 30"), { timeoutMs: 10_000 });
     await docker.getContainer(containerId).kill();
-    await expect(running).rejects.toMatchObject({ code: "sandbox.agent_lost" });
+    expect(await running).toMatchObject({ code: "sandbox.agent_lost" });
     expect(await h.ensure({ sessionId: "p-restart", workspace })).toMatchObject({ created: false });
     expect((await h.exec("p-restart", ["cat", "kept.txt"])).stdout).toBe("kept\n");
   });
