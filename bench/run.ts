@@ -6,7 +6,7 @@
 // - sandbox (bench/sandbox.ts): exec, warm-pool claim, cold starts, gVisor slowdown;
 // - services (bench/latency.ts, bench/startup.ts): every service as its own process through the
 //   launcher `tack up` uses — a new session's first step, `tack run` start-up, a message to a long session;
-// - load (bench/load.ts): 100 sessions at once, with each service's peak memory;
+// - load (bench/load.ts): 100 sessions at once, with each service's peak memory and the CPU time by process kind (bench/cpu.ts);
 // - death (bench/recovery.ts): the tools worker killed during a call;
 // - tools (bench/tools.ts): every session mode's first request, run_code's inner-call overhead, web_fetch;
 // - images (bench/images.ts): each image's size and each service's container start-up in the compose deploy.
