@@ -6,6 +6,9 @@
 // containerd shims (with the runc calls they reaped), the sandboxes' exec agents (PID 1 of each
 // container) and the commands (the rest of each container's cgroup). `other` is the system's CPU
 // time minus all of those, so the kinds add up to the machine's CPU time over the window.
+// Reaped children's time counts only under a named kind (init reaps orphans such as the shims of
+// removed containers, whose time was counted while they lived), and a shim's without the lifetime
+// of its container's PID 1 as last sampled (the cgroup counted it).
 // A sample only reads files: no Docker call falls inside a measured window.
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
@@ -176,12 +179,21 @@ export class CpuMeter {
       }
       return undefined;
     };
+    // A shim reaps its container's PID 1 when the container stops: that lifetime was counted by the cgroup already.
+    const initReapedBy = new Map<string, number>();
+    for (const [id, container] of a.containers) {
+      const init = container.init && !b.procs.has(container.init) ? a.procs.get(container.init) : undefined;
+      if (init) initReapedBy.set(id, (initReapedBy.get(id) ?? 0) + init.own + init.reaped);
+    }
     for (const [key, proc] of b.procs) {
       if (b.contained.has(key)) continue;
       const was = a.procs.get(key);
-      const used = ms(proc.own + proc.reaped - (was ? was.own + was.reaped : 0));
-      if (used <= 0) continue;
       const found = nearest(proc);
+      // Reaped children count only under a named kind: an unnamed process (init, a subreaper) reaps orphans, such as shims of
+      // removed containers, whose whole lifetime was counted while they lived.
+      const reaped = found ? proc.reaped - (was?.reaped ?? 0) - (proc.shimOf !== undefined ? initReapedBy.get(proc.shimOf) ?? 0 : 0) : 0;
+      const used = ms(proc.own - (was?.own ?? 0) + Math.max(0, reaped));
+      if (used <= 0) continue;
       if (found?.kind === "shims" && found.root.shimOf !== undefined && !measured.has(found.root.shimOf)) add("other_shims", used);
       else if (found) byKind[found.kind] += used;
       else if (proc.pid === 2 || proc.ppid === 2) add("kernel_threads", used);
